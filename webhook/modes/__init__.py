@@ -1,0 +1,15 @@
+"""Sharing modes, one module each, all behind ``base.SharingMode``."""
+
+from webhook.modes.base import EnvSetting, ModeChanges, SharingMode
+from webhook.modes.mps import MPS_LIMIT_VARS, DevicePluginMps
+from webhook.modes.mps_daemon import GpushareMpsDaemon
+from webhook.modes.time_slicing import TimeSlicing
+from webhook.policy.model import Mode
+
+MODES: dict[Mode, SharingMode] = {
+    Mode.TIME_SLICING: TimeSlicing(),
+    Mode.MPS: DevicePluginMps(),
+    Mode.MPS_DAEMON: GpushareMpsDaemon(),
+}
+
+__all__ = ["MODES", "MPS_LIMIT_VARS", "EnvSetting", "ModeChanges", "SharingMode"]

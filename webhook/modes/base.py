@@ -1,0 +1,43 @@
+"""The small interface every sharing mode implements, and the values it returns.
+
+A mode says what a pod placed on one of its pools needs beyond the shared resource itself:
+node labels to select, env (hard limits marked ``enforced``), volumes and pod flags. New
+schemes (AWS vGPU, vcuda, HAMi, ...) become one more module behind this interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from webhook.placement import Placement
+from webhook.policy.model import Mode, Policy, frozen_map
+
+
+@dataclass(frozen=True)
+class EnvSetting:
+    name: str
+    value: str
+    # Enforced values overwrite what the user set (MPS hard limits); others never do.
+    enforced: bool = False
+    # How the value was computed, for ``gpushare explain``.
+    derivation: str = ""
+
+
+@dataclass(frozen=True)
+class ModeChanges:
+    node_selector: Mapping[str, str] = field(default_factory=frozen_map)
+    env: tuple[EnvSetting, ...] = ()
+    volumes: tuple[Mapping[str, Any], ...] = ()
+    volume_mounts: tuple[Mapping[str, Any], ...] = ()
+    host_ipc: bool = False
+    warnings: tuple[str, ...] = ()
+
+
+class SharingMode(Protocol):
+    mode: Mode
+
+    def changes(self, policy: Policy, placement: Placement) -> ModeChanges:
+        """What a pod with this placement needs, beyond the shared resource."""
+        ...

@@ -1,0 +1,62 @@
+"""NVIDIA device plugin MPS: the plugin runs the daemon and sets per-slot limits; each pod
+gets client limits that can only tighten them (CUDA MPS docs, "client limits").
+
+The plugin itself injects CUDA_MPS_PIPE_DIRECTORY and the /dev/shm mount, so this mode adds
+neither (k8s-device-plugin ``cmd/mps-control-daemon``; #843: pods need no hostIPC).
+"""
+
+from __future__ import annotations
+
+import math
+
+from webhook.modes.base import EnvSetting, ModeChanges
+from webhook.modes.time_slicing import pool_selector
+from webhook.placement import Placement, format_fraction
+from webhook.policy.model import Mode, Policy, frozen_map
+
+THREAD_PERCENTAGE_VAR = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+PINNED_MEMORY_VAR = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+MPS_LIMIT_VARS = (THREAD_PERCENTAGE_VAR, PINNED_MEMORY_VAR)
+
+
+def mps_limits(policy: Policy, placement: Placement) -> tuple[EnvSetting, ...]:
+    """Hard client limits for the fraction asked (not the slot), on device ordinal 0.
+
+    Ordinal 0 because the container sees only the GPU it was given; the format "0=4096M"
+    needs CUDA 11.5 or newer.
+    """
+    limits: list[EnvSetting] = []
+    share = format_fraction(placement.fraction)
+    if policy.mps.enforce_thread_percentage:
+        overprovision = policy.mps.thread_overprovision
+        percent = max(1, min(100, math.floor(placement.fraction * 100 * overprovision + 1e-9)))
+        limits.append(
+            EnvSetting(
+                THREAD_PERCENTAGE_VAR,
+                str(percent),
+                enforced=True,
+                derivation=f"floor({share} x 100 x overprovision {overprovision:g}), 1..100",
+            )
+        )
+    memory = placement.memory_mib
+    if policy.mps.enforce_memory_limit and memory is not None:
+        limits.append(
+            EnvSetting(
+                PINNED_MEMORY_VAR,
+                f"0={max(1, memory)}M",
+                enforced=True,
+                derivation=f"floor({share} x {placement.pool.gpu_memory_mib}Mi of pool "
+                f"{placement.pool.name!r}) on device 0",
+            )
+        )
+    return tuple(limits)
+
+
+class DevicePluginMps:
+    mode = Mode.MPS
+
+    def changes(self, policy: Policy, placement: Placement) -> ModeChanges:
+        return ModeChanges(
+            node_selector=frozen_map(pool_selector(placement, "mps")),
+            env=mps_limits(policy, placement),
+        )

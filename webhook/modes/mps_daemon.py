@@ -1,0 +1,48 @@
+"""gpushare's own node-side MPS daemon: the device plugin time-slices (it only counts slots)
+and ``gpushare mps-daemon`` runs MPS on the node, so the pod must reach the daemon's pipe
+directory and carry the client limits itself.
+"""
+
+from __future__ import annotations
+
+from webhook.modes.base import EnvSetting, ModeChanges
+from webhook.modes.mps import mps_limits
+from webhook.modes.time_slicing import pool_selector
+from webhook.placement import Placement
+from webhook.policy.model import Mode, Policy, frozen_map
+
+PIPE_DIRECTORY_VAR = "CUDA_MPS_PIPE_DIRECTORY"
+PIPE_VOLUME = "gpushare-mps-pipe"
+
+
+class GpushareMpsDaemon:
+    mode = Mode.MPS_DAEMON
+
+    def changes(self, policy: Policy, placement: Placement) -> ModeChanges:
+        daemon = policy.mps_daemon
+        selector = pool_selector(placement, "time-slicing")
+        selector[daemon.ready_label] = "true"
+        warnings: tuple[str, ...] = ()
+        if daemon.host_ipc:
+            warnings = (
+                "hostIPC set for the MPS daemon; it breaks the Baseline Pod Security level",
+            )
+        pipe = EnvSetting(
+            PIPE_DIRECTORY_VAR,
+            daemon.pipe_directory,
+            enforced=True,
+            derivation=f"policy {policy.name!r} mpsDaemon.pipeDirectory",
+        )
+        return ModeChanges(
+            node_selector=frozen_map(selector),
+            env=(*mps_limits(policy, placement), pipe),
+            volumes=(
+                {
+                    "name": PIPE_VOLUME,
+                    "hostPath": {"path": daemon.pipe_directory, "type": "Directory"},
+                },
+            ),
+            volume_mounts=({"name": PIPE_VOLUME, "mountPath": daemon.pipe_directory},),
+            host_ipc=daemon.host_ipc,
+            warnings=warnings,
+        )

@@ -1,0 +1,105 @@
+"""The core's front door: ``mutate`` and ``validate`` answer what the webhooks answer.
+
+Both are pure: a pod (plain dict) in, an ``Outcome`` out. The HTTP and CLI edges only
+decode their input, call these, and encode the outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.patch import JsonPatch, build_patch
+from webhook.planning import FORBIDDEN, Decision, Denied, Planned, Untouched, plan_pod
+from webhook.policy.model import DirectRequests, PolicySet
+from webhook.policy.selection import select_policy
+from webhook.render import render
+from webhook.request import FRACTION_ANNOTATION, has_gpu_request
+
+
+@dataclass(frozen=True)
+class Outcome:
+    allowed: bool
+    patch: JsonPatch = field(default_factory=list)
+    warnings: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
+    code: int = 200
+    policy: str | None = None
+    decision: Decision | None = None
+
+
+def _denied(denied: Denied) -> Outcome:
+    return Outcome(
+        False, reasons=denied.reasons, code=denied.code, policy=denied.policy, decision=denied
+    )
+
+
+def mutate(pod: Mapping[str, Any], namespace: str, policies: PolicySet) -> Outcome:
+    """The mutating webhook's answer: a JSON Patch (maybe empty), or a denial."""
+    decision = plan_pod(pod, namespace, policies)
+    if isinstance(decision, Untouched):
+        return Outcome(True, warnings=decision.warnings, decision=decision)
+    if isinstance(decision, Denied):
+        return _denied(decision)
+    patch = build_patch(dict(pod), decision.edits)
+    return Outcome(True, patch, decision.warnings, policy=decision.policy.name, decision=decision)
+
+
+def mutated_pod(pod: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
+    """The planned pod for a decision (the original when nothing changes)."""
+    if isinstance(decision, Planned):
+        return render(dict(pod), decision.edits)
+    return dict(pod)
+
+
+def validate(pod: Mapping[str, Any], namespace: str, policies: PolicySet) -> Outcome:
+    """The validating webhook's answer, on the pod as every mutator left it.
+
+    An annotated pod must still be exactly what planning yields (nothing to patch), so a
+    later webhook that removed or loosened our limits is caught; a pod without annotation
+    must not ask for the shared resource by hand where the policy denies that.
+    """
+    metadata = pod.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    if has_gpu_request(annotations):
+        decision = plan_pod(pod, namespace, policies)
+        if isinstance(decision, Denied):
+            return _denied(decision)
+        if isinstance(decision, Untouched):
+            return Outcome(True, decision=decision)
+        drift = build_patch(dict(pod), decision.edits)
+        if drift:
+            paths = ", ".join(op["path"] for op in drift[:5])
+            return Outcome(
+                False,
+                reasons=(
+                    "the GPU-sharing settings injected at admission were changed afterwards "
+                    f"(at {paths}); remove the webhook or edit that changes them, or drop the "
+                    f"{FRACTION_ANNOTATION} annotation.",
+                ),
+                code=FORBIDDEN,
+                policy=decision.policy.name,
+                decision=decision,
+            )
+        return Outcome(True, policy=decision.policy.name, decision=decision)
+    policy = select_policy(policies, namespace, metadata.get("labels") or {}).policy
+    if policy is None or policy.direct_requests is DirectRequests.ALLOW:
+        return Outcome(True)
+    spec = pod.get("spec") or {}
+    for container in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
+        resources = container.get("resources") or {}
+        for section in ("limits", "requests"):
+            if policy.resource_name in (resources.get(section) or {}):
+                return Outcome(
+                    False,
+                    reasons=(
+                        f"container {container.get('name')!r} asks for {policy.resource_name} "
+                        f"directly, which policy {policy.name!r} does not allow: remove it and "
+                        f'annotate the pod with {FRACTION_ANNOTATION}: "0.5" (or the share '
+                        "you need) instead.",
+                    ),
+                    code=FORBIDDEN,
+                    policy=policy.name,
+                )
+    return Outcome(True, policy=policy.name)

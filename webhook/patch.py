@@ -1,0 +1,61 @@
+"""RFC 6902 JSON Patch from an edit tree: only the touched paths, exactly.
+
+``add`` on an existing object member replaces it (RFC 6902 section 4.1), so set-entry edits
+need no test of existence; a missing parent is added whole, since ``add`` below a missing
+parent is an error that the apiserver reports as a 500 even under failurePolicy Ignore.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.edits import ListEdits, PodEdits, SetValue, Tree
+
+JsonPatch = list[dict[str, Any]]
+
+
+def escape_pointer_token(token: str | int) -> str:
+    """JSON Pointer (RFC 6901) escaping: "~" → "~0", "/" → "~1" (nvidia.com~1gpu.shared)."""
+    return str(token).replace("~", "~0").replace("/", "~1")
+
+
+def materialize(node: Tree | SetValue | ListEdits) -> Any:
+    """The plain value of an edit subtree, for a parent that does not exist yet."""
+    if isinstance(node, SetValue):
+        return node.value
+    if isinstance(node, ListEdits):
+        return list(node.append)
+    return {key: materialize(child) for key, child in node.items()}
+
+
+def _child(original: Any, key: str | int) -> tuple[bool, Any]:
+    if isinstance(original, dict) and isinstance(key, str) and key in original:
+        return original[key] is not None, original[key]
+    if isinstance(original, list) and isinstance(key, int) and 0 <= key < len(original):
+        return True, original[key]
+    return False, None
+
+
+def _walk(original: Any, tree: Tree, pointer: str, ops: JsonPatch) -> None:
+    for key, node in tree.items():
+        path = f"{pointer}/{escape_pointer_token(key)}"
+        exists, current = _child(original, key)
+        if isinstance(node, SetValue):
+            if not exists or current != node.value:
+                ops.append({"op": "add", "path": path, "value": node.value})
+        elif not exists:
+            ops.append({"op": "add", "path": path, "value": materialize(node)})
+        elif isinstance(node, ListEdits):
+            for index, item in sorted(node.replace.items()):
+                if current[index] != item:
+                    ops.append({"op": "replace", "path": f"{path}/{index}", "value": item})
+            ops.extend({"op": "add", "path": f"{path}/-", "value": item} for item in node.append)
+        else:
+            _walk(current, node, path, ops)
+
+
+def build_patch(original: dict[str, Any], edits: PodEdits) -> JsonPatch:
+    """The smallest patch this module can express that turns ``original`` into the plan."""
+    ops: JsonPatch = []
+    _walk(original, edits.root, "", ops)
+    return ops

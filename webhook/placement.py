@@ -1,0 +1,152 @@
+"""Which pool serves a request, and how many slots of its shared resource the pod takes.
+
+A slot is 1/R of a GPU (NVIDIA device plugin replicas). Time-slicing gives no isolation and
+several slots of one pod may come from different GPUs, so a fraction maps to one slot of the
+pool with the smallest slice 1/R >= f ("replica-class"); only where every node has one GPU
+may a pod take ceil(f*R) slots ("count").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from webhook.policy.model import Allocation, Policy, Pool
+from webhook.request import FRACTION_ANNOTATION, MEMORY_ANNOTATION, GpuRequest
+
+# Float slack so that "0.25" fits a 1/4 slot and "0.3333" a 1/3 slot.
+_EPSILON = 1e-9
+# gpu-fraction and gpu-memory agree when they differ by at most this share of the memory.
+_AGREEMENT_TOLERANCE = 0.01
+
+
+@dataclass(frozen=True)
+class Placement:
+    pool: Pool
+    slots: int
+    fraction: float  # the share of one GPU the pod asked for (from gpu-memory where given)
+    reason: str
+
+    @property
+    def granted(self) -> float:
+        """The share of one GPU the pod's slots stand for."""
+        return self.slots / self.pool.replicas
+
+    @property
+    def memory_mib(self) -> int | None:
+        if self.pool.gpu_memory_mib is None:
+            return None
+        return math.floor(self.fraction * self.pool.gpu_memory_mib)
+
+
+def format_fraction(value: float) -> str:
+    """Up to four decimals, no trailing zeros: 0.5 → "0.5", 1/3 → "0.3333"."""
+    text = f"{math.floor(value * 10000 + _EPSILON) / 10000:.4f}".rstrip("0").rstrip(".")
+    return text or "0"
+
+
+def _requested_fraction(request: GpuRequest, pool: Pool) -> float | None:
+    if request.fraction is not None:
+        return request.fraction
+    if request.memory_mib is None or pool.gpu_memory_mib is None:
+        return None
+    return request.memory_mib / pool.gpu_memory_mib
+
+
+def _slots(policy: Policy, pool: Pool, fraction: float) -> int | None:
+    if policy.allocation is Allocation.COUNT:
+        slots = max(1, math.ceil(fraction * pool.replicas - _EPSILON))
+        return slots if slots <= pool.replicas else None
+    return 1 if pool.slice_fraction + _EPSILON >= fraction else None
+
+
+def place(policy: Policy, request: GpuRequest) -> Placement | list[str]:
+    """The placement with the least GPU granted beyond the request; problems if none fits."""
+    if request.memory_mib is not None and all(p.gpu_memory_mib is None for p in policy.pools):
+        return [
+            f'{MEMORY_ANNOTATION} "{request.memory_text}" cannot be served: policy '
+            f"{policy.name!r} does not declare the GPU memory of its pools. Use "
+            f"{FRACTION_ANNOTATION} instead, or ask the policy author to set gpuMemory."
+        ]
+    candidates: list[Placement] = []
+    for pool in policy.pools:
+        fraction = _requested_fraction(request, pool)
+        if fraction is None:
+            continue
+        slots = _slots(policy, pool, fraction)
+        if slots is None:
+            continue
+        candidates.append(
+            Placement(
+                pool,
+                slots,
+                fraction,
+                f"pool {pool.name!r} (1/{pool.replicas} of a GPU per slot) takes {slots} slot"
+                f"{'s' if slots > 1 else ''} = {format_fraction(slots / pool.replicas)} of a GPU "
+                f">= {format_fraction(fraction)} asked",
+            )
+        )
+    if not candidates:
+        return [_nothing_fits(policy, request)]
+    best = min(candidates, key=lambda c: c.granted)  # min keeps list order on ties
+    problems = _bounds_problems(policy, request, best) + _agreement_problems(request, best)
+    return problems or best
+
+
+def _nothing_fits(policy: Policy, request: GpuRequest) -> str:
+    asked = (
+        f'{FRACTION_ANNOTATION} "{request.fraction_text}"'
+        if request.fraction is not None
+        else f'{MEMORY_ANNOTATION} "{request.memory_text}"'
+    )
+    largest = max(policy.pools, key=lambda p: p.slice_fraction)
+    offer = (
+        f"the largest slice policy {policy.name!r} offers is 1/{largest.replicas} of a GPU "
+        f"(pool {largest.name!r})"
+    )
+    if policy.allocation is Allocation.COUNT:
+        offer = f"no pool of policy {policy.name!r} has that much of one GPU"
+    return (
+        f"{asked} does not fit any GPU pool: {offer}. Ask for less, or for a whole GPU "
+        f'with {FRACTION_ANNOTATION}: "1".'
+    )
+
+
+def _bounds_problems(policy: Policy, request: GpuRequest, placement: Placement) -> list[str]:
+    asked = (
+        f'{FRACTION_ANNOTATION} "{request.fraction_text}"'
+        if request.fraction is not None
+        else f'{MEMORY_ANNOTATION} "{request.memory_text}" '
+        f"({format_fraction(placement.fraction)} of a GPU in pool {placement.pool.name!r})"
+    )
+    if placement.fraction + _EPSILON < policy.min_fraction:
+        return [
+            f"{asked} is below the smallest share policy {policy.name!r} allows "
+            f"({format_fraction(policy.min_fraction)}): ask for at least that much."
+        ]
+    if placement.fraction > policy.max_fraction + _EPSILON:
+        return [
+            f"{asked} is above the largest share policy {policy.name!r} allows "
+            f"({format_fraction(policy.max_fraction)}): ask for less, or for whole GPUs."
+        ]
+    return []
+
+
+def _agreement_problems(request: GpuRequest, placement: Placement) -> list[str]:
+    if request.fraction is None or request.memory_mib is None:
+        return []
+    pool = placement.pool
+    if pool.gpu_memory_mib is None:
+        return [
+            f'{FRACTION_ANNOTATION} "{request.fraction_text}" and {MEMORY_ANNOTATION} '
+            f'"{request.memory_text}" cannot be checked against each other: pool {pool.name!r} '
+            "declares no GPU memory. Keep only one of the two annotations."
+        ]
+    implied = request.fraction * pool.gpu_memory_mib
+    if abs(implied - request.memory_mib) > _AGREEMENT_TOLERANCE * request.memory_mib:
+        return [
+            f'{FRACTION_ANNOTATION} "{request.fraction_text}" means {math.floor(implied)}Mi '
+            f"on pool {pool.name!r} ({pool.gpu_memory_mib}Mi per GPU), but {MEMORY_ANNOTATION} "
+            f'says "{request.memory_text}": keep only one of the two annotations.'
+        ]
+    return []

@@ -1,0 +1,30 @@
+"""Policies: the YAML documents policy authors write, parsed once into frozen values.
+
+``model`` holds the values, ``schema`` the JSON Schema of the documents, ``loader`` turns
+files into a ``PolicySet`` (or a ``PolicyError`` naming file and YAML path), ``selection``
+picks the policy that governs a pod.
+"""
+
+from webhook.policy.loader import load_policies, load_policy_text
+from webhook.policy.model import (
+    Frameworks,
+    MpsDaemonSettings,
+    MpsSettings,
+    Policy,
+    PolicySet,
+    Pool,
+)
+from webhook.policy.selection import Selection, select_policy
+
+__all__ = [
+    "Frameworks",
+    "MpsDaemonSettings",
+    "MpsSettings",
+    "Policy",
+    "PolicySet",
+    "Pool",
+    "Selection",
+    "load_policies",
+    "load_policy_text",
+    "select_policy",
+]

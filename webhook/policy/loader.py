@@ -1,0 +1,461 @@
+"""Policy files → ``PolicySet``, or a ``PolicyError`` whose lines read ``file: yaml.path: problem``.
+
+Structure is checked against ``schema`` (one source of truth, shared with editors); rules
+across fields are checked here. Nothing is half-loaded: either every document is valid and a
+new ``PolicySet`` comes back, or nothing does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from webhook.errors import PolicyError
+from webhook.policy.model import (
+    ALWAYS_EXCLUDED_NAMESPACES,
+    API_VERSION,
+    DEFAULT_EXCLUDED_NAMESPACES,
+    POLICY_KIND,
+    SETTINGS_KIND,
+    Allocation,
+    DirectRequests,
+    Frameworks,
+    Headroom,
+    Injections,
+    Match,
+    Mode,
+    MpsDaemonSettings,
+    MpsSettings,
+    Policy,
+    PolicySet,
+    Pool,
+    PyTorchKnob,
+    WholeGpus,
+    frozen_map,
+)
+from webhook.policy.schema import POLICY_SCHEMA, SETTINGS_SCHEMA
+from webhook.quantity import parse_memory_mib
+
+_POLICY_VALIDATOR = Draft202012Validator(POLICY_SCHEMA)
+_SETTINGS_VALIDATOR = Draft202012Validator(SETTINGS_SCHEMA)
+POLICY_SUFFIXES = (".yaml", ".yml")
+
+
+class _Problems:
+    """Collects ``file: path: message (line N)`` lines for one load."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def add(self, source: str, path: str, message: str, line: int | None = None) -> None:
+        where = f" (line {line})" if line is not None else ""
+        self.lines.append(f"{source}: {path or '<document>'}: {message}{where}")
+
+
+def load_policies(path: str | Path) -> PolicySet:
+    """Load a policy file, or every ``*.yaml``/``*.yml`` file of a directory (not recursive)."""
+    root = Path(path)
+    if root.is_dir():
+        files = sorted(p for p in root.iterdir() if p.suffix in POLICY_SUFFIXES and p.is_file())
+        if not files:
+            raise PolicyError(
+                [
+                    f"{root}: <directory>: holds no .yaml or .yml policy files; add one or point "
+                    "--policies at a policy file."
+                ]
+            )
+    elif root.is_file():
+        files = [root]
+    else:
+        raise PolicyError([f"{root}: <path>: no such file or directory."])
+    texts: list[tuple[str, str]] = []
+    for file in files:
+        try:
+            texts.append((str(file), file.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError) as error:
+            raise PolicyError([f"{file}: <file>: cannot be read: {error}."]) from error
+    return load_policy_texts(texts)
+
+
+def load_policy_text(text: str, source: str = "<string>") -> PolicySet:
+    return load_policy_texts([(source, text)])
+
+
+def load_policy_texts(texts: Iterable[tuple[str, str]]) -> PolicySet:
+    """Parse (source name, YAML text) pairs into one ``PolicySet``."""
+    problems = _Problems()
+    policies: list[Policy] = []
+    excluded: set[str] | None = None
+    sources: list[str] = []
+    for source, text in texts:
+        sources.append(source)
+        for document, node, prefix in _documents(source, text, problems):
+            kind = document.get("kind")
+            if kind == SETTINGS_KIND:
+                if _validate(_SETTINGS_VALIDATOR, document, node, source, prefix, problems):
+                    excluded = (excluded or set()) | set(
+                        document["spec"].get("excludeNamespaces", [])
+                    )
+            elif _validate(_POLICY_VALIDATOR, document, node, source, prefix, problems):
+                policy = _build_policy(document, node, source, prefix, problems)
+                if policy is not None:
+                    policies.append(policy)
+    _check_across_policies(policies, problems)
+    if not policies and not problems.lines:
+        problems.add(", ".join(sources) or "<none>", "<files>", "no GpuSharingPolicy found.")
+    if problems.lines:
+        raise PolicyError(problems.lines)
+    namespaces = set(DEFAULT_EXCLUDED_NAMESPACES) if excluded is None else excluded
+    return PolicySet(
+        policies=tuple(policies),
+        excluded_namespaces=frozenset(namespaces | ALWAYS_EXCLUDED_NAMESPACES),
+        sources=tuple(sources),
+    )
+
+
+def _documents(
+    source: str, text: str, problems: _Problems
+) -> list[tuple[dict[str, Any], yaml.Node, str]]:
+    """Each non-empty YAML document with its node (for line numbers) and path prefix."""
+    try:
+        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        values = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = None if mark is None else mark.line + 1
+        problem = getattr(error, "problem", None) or str(error)
+        problems.add(source, "<yaml>", f"is not valid YAML: {problem}", line)
+        return []
+    documents = [(v, n) for v, n in zip(values, nodes, strict=True) if v is not None]
+    result: list[tuple[dict[str, Any], yaml.Node, str]] = []
+    for index, (value, node) in enumerate(documents):
+        prefix = f"[document {index + 1}]" if len(documents) > 1 else ""
+        if not isinstance(value, dict):
+            problems.add(
+                source,
+                prefix,
+                f"is a {type(value).__name__}, expected a mapping with apiVersion "
+                f"{API_VERSION} and kind {POLICY_KIND} or {SETTINGS_KIND}",
+                node.start_mark.line + 1,
+            )
+            continue
+        result.append((value, node, prefix))
+    return result
+
+
+def _join(prefix: str, path: Iterable[str | int]) -> str:
+    text = prefix
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text
+
+
+def _line_of(node: yaml.Node, path: Iterable[str | int]) -> int | None:
+    """The 1-based line of the YAML node at ``path``, or of its nearest existing parent."""
+    current = node
+    for part in path:
+        child: yaml.Node | None = None
+        if isinstance(current, yaml.MappingNode) and isinstance(part, str):
+            child = next((v for k, v in current.value if k.value == part), None)
+        elif isinstance(current, yaml.SequenceNode) and isinstance(part, int):
+            child = current.value[part] if part < len(current.value) else None
+        if child is None:
+            break
+        current = child
+    return int(current.start_mark.line) + 1
+
+
+def _describe(error: ValidationError) -> str:
+    """A sentence for one schema violation, with what was expected."""
+    validator = error.validator
+    schema = error.schema if isinstance(error.schema, Mapping) else {}
+    if validator == "additionalProperties":
+        allowed = ", ".join(sorted(schema.get("properties", {})))
+        return f"{error.message}; allowed fields: {allowed}"
+    if validator == "enum":
+        return f"{error.instance!r} is not one of {', '.join(map(str, schema['enum']))}"
+    if validator == "const":
+        return f"{error.instance!r} must be {schema['const']!r}"
+    if validator == "pattern":
+        hint = schema.get("description", "")
+        return f"{error.instance!r} does not have the expected form{': ' + hint if hint else ''}"
+    return str(error.message)
+
+
+def _validate(
+    validator: Draft202012Validator,
+    document: dict[str, Any],
+    node: yaml.Node,
+    source: str,
+    prefix: str,
+    problems: _Problems,
+) -> bool:
+    errors = sorted(validator.iter_errors(document), key=lambda e: list(map(str, e.path)))
+    for error in errors:
+        path = list(error.absolute_path)
+        problems.add(source, _join(prefix, path), _describe(error), _line_of(node, path))
+    return not errors
+
+
+def _memory(
+    text: str | None,
+    source: str,
+    path: str,
+    node: yaml.Node,
+    keys: list[str | int],
+    problems: _Problems,
+) -> int | None:
+    if text is None:
+        return None
+    mib = parse_memory_mib(text)
+    if mib is None or mib < 1:
+        problems.add(
+            source, path, f"{text!r} is not a GPU memory size such as 80Gi", _line_of(node, keys)
+        )
+        return None
+    return math.floor(mib)
+
+
+def _build_policy(
+    document: dict[str, Any], node: yaml.Node, source: str, prefix: str, problems: _Problems
+) -> Policy | None:
+    """Values from a schema-valid document, plus the rules that span fields."""
+    before = len(problems.lines)
+    spec: dict[str, Any] = document["spec"]
+    name: str = document["metadata"]["name"]
+
+    def at(*keys: str | int) -> tuple[str, int | None]:
+        return _join(prefix, ["spec", *keys]), _line_of(node, ["spec", *keys])
+
+    def problem(message: str, *keys: str | int) -> None:
+        path, line = at(*keys)
+        problems.add(source, path, message, line)
+
+    mode = Mode(spec["mode"])
+    allocation = Allocation(spec.get("allocation", Allocation.REPLICA_CLASS))
+    default_memory = _memory(
+        spec.get("gpuMemory"), source, at("gpuMemory")[0], node, ["spec", "gpuMemory"], problems
+    )
+
+    pools: list[Pool] = []
+    seen: set[str] = set()
+    for index, raw in enumerate(spec["pools"]):
+        if raw["name"] in seen:
+            problem(
+                f"pool name {raw['name']!r} is used twice; pool names must be unique",
+                "pools",
+                index,
+                "name",
+            )
+        seen.add(raw["name"])
+        memory = _memory(
+            raw.get("gpuMemory"),
+            source,
+            at("pools", index, "gpuMemory")[0],
+            node,
+            ["spec", "pools", index, "gpuMemory"],
+            problems,
+        )
+        pool = Pool(
+            name=raw["name"],
+            replicas=raw["replicas"],
+            gpu_memory_mib=memory if memory is not None else default_memory,
+            gpus_per_node=raw.get("gpusPerNode"),
+            node_selector=frozen_map(raw.get("nodeSelector")),
+            device_plugin_config=raw.get("devicePluginConfig"),
+        )
+        pools.append(pool)
+        if allocation is Allocation.COUNT and pool.gpus_per_node != 1:
+            problem(
+                "allocation 'count' hands out several slots to one pod, which is only safe on "
+                "nodes with exactly one GPU: set gpusPerNode: 1 on this pool or use "
+                "allocation 'replica-class'",
+                "pools",
+                index,
+            )
+        mps = MpsSettings(**_mps_kwargs(spec.get("mps", {})))
+        if (
+            mode in (Mode.MPS, Mode.MPS_DAEMON)
+            and mps.enforce_memory_limit
+            and pool.gpu_memory_mib is None
+        ):
+            problem(
+                f"mode {mode.value} limits each pod's device memory, which needs the GPU memory "
+                "of this pool: set gpuMemory here or at spec.gpuMemory (e.g. 80Gi)",
+                "pools",
+                index,
+            )
+
+    if mode is Mode.MPS and allocation is Allocation.COUNT:
+        problem(
+            "the NVIDIA device plugin's MPS mode limits every slot to 1/replicas and refuses "
+            "requests above one slot: use allocation 'replica-class' with mode mps",
+            "allocation",
+        )
+
+    bounds = spec.get("fraction", {})
+    min_fraction = float(bounds.get("min", 0.01))
+    max_fraction = float(bounds.get("max", 1.0))
+    if min_fraction > max_fraction:
+        problem(
+            f"min {min_fraction} is above max {max_fraction}; min must not exceed max", "fraction"
+        )
+
+    headroom = _headroom(spec.get("headroom"))
+    if headroom.fraction >= min_fraction and headroom.fraction > 0:
+        problem(
+            f"headroom {spec['headroom']!r} is as large as the smallest allowed fraction "
+            f"({min_fraction}); lower the headroom or raise fraction.min",
+            "headroom",
+        )
+    if headroom.memory_mib and any(p.gpu_memory_mib is None for p in pools):
+        problem(
+            "a headroom given as memory needs gpuMemory on every pool (or spec.gpuMemory); "
+            "give the headroom as a percentage instead",
+            "headroom",
+        )
+
+    whole_raw = spec.get("wholeGpus", {})
+    whole = WholeGpus(
+        resource_name=whole_raw.get("resourceName", "nvidia.com/gpu"),
+        max=whole_raw.get("max", 8),
+        node_selector=frozen_map(whole_raw.get("nodeSelector")),
+    )
+    resource_name = spec.get("resourceName", "nvidia.com/gpu.shared")
+    if whole.resource_name == resource_name and whole.max > 0:
+        problem(
+            f"whole GPUs and shared slots both use {resource_name}, so a whole-GPU pod would get "
+            "one shared slot: set wholeGpus.resourceName to the unshared resource, or "
+            "wholeGpus.max: 0",
+            "wholeGpus",
+        )
+
+    match_raw = spec.get("match", {})
+    match = Match(
+        namespaces=tuple(match_raw.get("namespaces", ())),
+        exclude_namespaces=tuple(match_raw.get("excludeNamespaces", ())),
+        pod_labels=frozen_map(match_raw.get("podLabels")),
+    )
+    is_default = bool(spec.get("default", False))
+    if not match.namespaces and not is_default:
+        problem("this policy matches no namespace: add match.namespaces, or default: true", "match")
+
+    frameworks_raw = spec.get("frameworks", {})
+    tf = frameworks_raw.get("tensorflow", {})
+    jax = frameworks_raw.get("jax", {})
+    torch = frameworks_raw.get("pytorch", {})
+    daemon = spec.get("mpsDaemon", {})
+    inject = spec.get("inject", {})
+
+    if len(problems.lines) > before:
+        return None
+    return Policy(
+        name=name,
+        source=source,
+        mode=mode,
+        pools=tuple(pools),
+        match=match,
+        default=is_default,
+        priority=int(spec.get("priority", 0)),
+        resource_name=resource_name,
+        allocation=allocation,
+        min_fraction=min_fraction,
+        max_fraction=max_fraction,
+        whole_gpus=whole,
+        headroom=headroom,
+        frameworks=Frameworks(
+            tensorflow_allow_growth=tf.get("allowGrowth", True),
+            jax_memory_fraction=jax.get("memoryFraction", True),
+            jax_preallocate=jax.get("preallocate"),
+            pytorch=PyTorchKnob(
+                memory_fraction=torch.get("memoryFraction", False),
+                images=tuple(torch.get("images", ())),
+            ),
+        ),
+        mps=MpsSettings(**_mps_kwargs(spec.get("mps", {}))),
+        mps_daemon=MpsDaemonSettings(
+            pipe_directory=daemon.get("pipeDirectory", MpsDaemonSettings.pipe_directory),
+            log_directory=daemon.get("logDirectory", MpsDaemonSettings.log_directory),
+            ready_label=daemon.get("readyLabel", MpsDaemonSettings.ready_label),
+            host_ipc=daemon.get("hostIPC", False),
+            set_exclusive_process=daemon.get("setExclusiveProcess", True),
+        ),
+        inject=Injections(
+            env=tuple((e["name"], e["value"]) for e in inject.get("env", ())),
+            labels=frozen_map(inject.get("labels")),
+            annotations=frozen_map(inject.get("annotations")),
+            tolerations=tuple(frozen_map(t) for t in spec.get("tolerations", ())),
+        ),
+        direct_requests=DirectRequests(spec.get("directResourceRequests", "deny")),
+    )
+
+
+def _mps_kwargs(raw: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "enforce_thread_percentage": raw.get("enforceThreadPercentage", True),
+        "enforce_memory_limit": raw.get("enforceMemoryLimit", True),
+        "thread_overprovision": float(raw.get("threadOverprovision", 1.0)),
+    }
+
+
+def _headroom(text: str | None) -> Headroom:
+    if not text:
+        return Headroom()
+    if text.endswith("%"):
+        return Headroom(fraction=float(text[:-1]) / 100)
+    mib = parse_memory_mib(text)
+    return Headroom(memory_mib=math.ceil(mib or 0))
+
+
+def _check_across_policies(policies: list[Policy], problems: _Problems) -> None:
+    names: dict[str, Policy] = {}
+    for policy in policies:
+        if policy.name in names:
+            problems.add(
+                policy.source,
+                "metadata.name",
+                f"policy {policy.name!r} is also defined in {names[policy.name].source}; "
+                "policy names must be unique",
+            )
+        names[policy.name] = policy
+    defaults: dict[int, Policy] = {}
+    for policy in (p for p in policies if p.default):
+        other = defaults.get(policy.priority)
+        if other is not None:
+            problems.add(
+                policy.source,
+                "spec.default",
+                f"policies {other.name!r} and {policy.name!r} are both default with priority "
+                f"{policy.priority}, so neither wins: keep one default or give them different "
+                "priorities",
+            )
+        defaults[policy.priority] = policy
+
+
+def default_policies_path() -> Path:
+    """Where policies come from when no path is given.
+
+    In order: $GPUSHARE_POLICIES; ./policies; the policies/ folder of the checkout this
+    package lives in; /etc/gpushare/policies (the container image's copy).
+    """
+    import os
+
+    configured = os.environ.get("GPUSHARE_POLICIES")
+    if configured:
+        return Path(configured)
+    for candidate in (
+        Path.cwd() / "policies",
+        Path(__file__).resolve().parents[2] / "policies",
+    ):
+        if candidate.is_dir():
+            return candidate
+    return Path("/etc/gpushare/policies")

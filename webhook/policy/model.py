@@ -1,0 +1,199 @@
+"""Frozen values for parsed policy documents. No parsing, no I/O: see ``loader`` for that."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+API_VERSION = "gpushare.io/v1alpha1"
+POLICY_KIND = "GpuSharingPolicy"
+SETTINGS_KIND = "GpuSharingSettings"
+
+# Namespaces no policy may ever touch, whatever the files say: the control plane's own.
+ALWAYS_EXCLUDED_NAMESPACES: frozenset[str] = frozenset({"kube-system"})
+DEFAULT_EXCLUDED_NAMESPACES: tuple[str, ...] = (
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    "gpushare-system",
+)
+
+# GPU Feature Discovery labels (NVIDIA k8s-device-plugin, gpu-feature-discovery).
+GFD_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+GFD_STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
+
+
+def frozen_map(values: Mapping[str, str] | None = None) -> Mapping[str, str]:
+    """A read-only copy of ``values`` so frozen dataclasses stay immutable all the way down."""
+    return MappingProxyType(dict(values or {}))
+
+
+class Mode(StrEnum):
+    """How the cluster shares a GPU; one module under ``webhook.modes`` per value."""
+
+    TIME_SLICING = "time-slicing"
+    MPS = "mps"
+    MPS_DAEMON = "mps-daemon"
+
+
+class Allocation(StrEnum):
+    """How a fraction becomes slots of the shared resource."""
+
+    # One slot on the pool whose slice 1/R is the smallest that still covers the fraction.
+    REPLICA_CLASS = "replica-class"
+    # ceil(f * R) slots; only safe where every node of the pool has exactly one GPU, since
+    # the device plugin may otherwise hand out slots of different GPUs.
+    COUNT = "count"
+
+
+class DirectRequests(StrEnum):
+    """What the validating webhook does with a pod asking for the shared resource by hand."""
+
+    ALLOW = "allow"
+    DENY = "deny"
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A set of nodes offering the same slice of a GPU (one device-plugin config)."""
+
+    name: str
+    replicas: int
+    gpu_memory_mib: int | None = None
+    gpus_per_node: int | None = None
+    node_selector: Mapping[str, str] = field(default_factory=frozen_map)
+    # Name of the device-plugin config the GPU Operator selects with
+    # ``nvidia.com/device-plugin.config=<name>``; defaults to the pool name.
+    device_plugin_config: str | None = None
+
+    @property
+    def slice_fraction(self) -> float:
+        return 1.0 / self.replicas
+
+    @property
+    def config_name(self) -> str:
+        return self.device_plugin_config or self.name
+
+
+@dataclass(frozen=True)
+class WholeGpus:
+    """Whole-GPU requests (``gpu-fraction: "2"``): no sharing, no sharing env."""
+
+    resource_name: str = "nvidia.com/gpu"
+    max: int = 8
+    node_selector: Mapping[str, str] = field(default_factory=frozen_map)
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """Memory left for the CUDA context and libraries outside a framework's allocator."""
+
+    fraction: float = 0.0
+    memory_mib: int = 0
+
+    def as_fraction(self, gpu_memory_mib: int | None) -> float | None:
+        """The headroom as a share of a GPU; None where it needs GPU memory nobody declared."""
+        if self.memory_mib == 0:
+            return self.fraction
+        if gpu_memory_mib is None:
+            return None
+        return self.memory_mib / gpu_memory_mib
+
+
+@dataclass(frozen=True)
+class PyTorchKnob:
+    """``per_process_memory_fraction`` in the caching allocator's config.
+
+    Older PyTorch raises on unknown allocator keys, so the knob is off unless enabled and can
+    be limited to images the policy author knows are new enough.
+    """
+
+    memory_fraction: bool = False
+    images: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Frameworks:
+    tensorflow_allow_growth: bool = True
+    jax_memory_fraction: bool = True
+    jax_preallocate: bool | None = None
+    pytorch: PyTorchKnob = field(default_factory=PyTorchKnob)
+
+
+@dataclass(frozen=True)
+class MpsSettings:
+    """Client-side MPS limits; they can only tighten what the daemon allows."""
+
+    enforce_thread_percentage: bool = True
+    enforce_memory_limit: bool = True
+    # Multiplies the thread share so idle SMs can be used (NVIDIA suggests up to 2x).
+    thread_overprovision: float = 1.0
+
+
+@dataclass(frozen=True)
+class MpsDaemonSettings:
+    """The project's own node-side MPS daemon (``gpushare mps-daemon``)."""
+
+    pipe_directory: str = "/run/gpushare/mps/pipe"
+    log_directory: str = "/run/gpushare/mps/log"
+    ready_label: str = "gpushare.io/mps-ready"
+    host_ipc: bool = False
+    set_exclusive_process: bool = True
+
+
+@dataclass(frozen=True)
+class Injections:
+    """Extra values a policy adds to every pod it mutates."""
+
+    env: tuple[tuple[str, str], ...] = ()
+    labels: Mapping[str, str] = field(default_factory=frozen_map)
+    annotations: Mapping[str, str] = field(default_factory=frozen_map)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Match:
+    namespaces: tuple[str, ...] = ()
+    exclude_namespaces: tuple[str, ...] = ()
+    pod_labels: Mapping[str, str] = field(default_factory=frozen_map)
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    source: str
+    mode: Mode
+    pools: tuple[Pool, ...]
+    match: Match = field(default_factory=Match)
+    default: bool = False
+    priority: int = 0
+    resource_name: str = "nvidia.com/gpu.shared"
+    allocation: Allocation = Allocation.REPLICA_CLASS
+    min_fraction: float = 0.01
+    max_fraction: float = 1.0
+    whole_gpus: WholeGpus = field(default_factory=WholeGpus)
+    headroom: Headroom = field(default_factory=Headroom)
+    frameworks: Frameworks = field(default_factory=Frameworks)
+    mps: MpsSettings = field(default_factory=MpsSettings)
+    mps_daemon: MpsDaemonSettings = field(default_factory=MpsDaemonSettings)
+    inject: Injections = field(default_factory=Injections)
+    direct_requests: DirectRequests = DirectRequests.DENY
+
+
+@dataclass(frozen=True)
+class PolicySet:
+    """Every policy loaded from one place, plus the namespaces none of them may touch."""
+
+    policies: tuple[Policy, ...]
+    excluded_namespaces: frozenset[str] = frozenset(DEFAULT_EXCLUDED_NAMESPACES)
+    sources: tuple[str, ...] = ()
+
+    def by_name(self, name: str) -> Policy | None:
+        return next((p for p in self.policies if p.name == name), None)
+
+    @property
+    def shared_resource_names(self) -> frozenset[str]:
+        return frozenset(p.resource_name for p in self.policies)

@@ -1,0 +1,193 @@
+"""The JSON Schema of policy documents: the single source of their structure.
+
+The loader validates every document against it before building values, so editors that use
+``gpushare policy schema`` see exactly the rules gpushare applies. Cross-field rules that a
+schema cannot say (min below max, MPS pools need GPU memory, ...) live in ``loader``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.policy.model import API_VERSION, POLICY_KIND, SETTINGS_KIND
+
+_NAME = {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "maxLength": 63}
+_LABEL_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+_QUANTITY = {"type": "string", "pattern": r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|k|K|M|G|T)?$"}
+_RESOURCE_NAME = {"type": "string", "pattern": r"^[a-z0-9.-]+/[A-Za-z0-9._-]+$"}
+_GLOBS = {"type": "array", "items": {"type": "string", "minLength": 1}}
+
+
+def _object(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": properties,
+    }
+    if required:
+        schema["required"] = required
+    return schema
+
+
+_POOL = _object(
+    {
+        "name": {**_NAME, "description": "Pool name; also the device-plugin config name."},
+        "replicas": {
+            "type": "integer",
+            "minimum": 2,
+            "maximum": 48,
+            "description": "Slots per GPU (device plugin replicas); a slot is 1/replicas.",
+        },
+        "gpuMemory": {**_QUANTITY, "description": "Memory of one GPU in this pool, e.g. 80Gi."},
+        "gpusPerNode": {"type": "integer", "minimum": 1},
+        "nodeSelector": {**_LABEL_MAP, "description": "Extra node labels for this pool."},
+        "devicePluginConfig": {
+            **_NAME,
+            "description": "Config name for nvidia.com/device-plugin.config (default: name).",
+        },
+    },
+    required=["name", "replicas"],
+)
+
+_TOLERATION = _object(
+    {
+        "key": {"type": "string"},
+        "operator": {"enum": ["Exists", "Equal"]},
+        "value": {"type": "string"},
+        "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
+        "tolerationSeconds": {"type": "integer"},
+    }
+)
+
+_POLICY_SPEC = _object(
+    {
+        "default": {
+            "type": "boolean",
+            "description": "Govern namespaces that no other policy matches.",
+        },
+        "priority": {
+            "type": "integer",
+            "description": "Among matching policies the highest priority wins.",
+        },
+        "match": _object(
+            {
+                "namespaces": {**_GLOBS, "description": "Namespace names or globs ('team-*')."},
+                "excludeNamespaces": _GLOBS,
+                "podLabels": {**_LABEL_MAP, "description": "Labels the pod must carry."},
+            }
+        ),
+        "mode": {"enum": ["time-slicing", "mps", "mps-daemon"]},
+        "resourceName": _RESOURCE_NAME,
+        "allocation": {"enum": ["replica-class", "count"]},
+        "fraction": _object(
+            {
+                "min": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+                "max": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+            }
+        ),
+        "wholeGpus": _object(
+            {
+                "resourceName": _RESOURCE_NAME,
+                "max": {"type": "integer", "minimum": 0},
+                "nodeSelector": _LABEL_MAP,
+            }
+        ),
+        "gpuMemory": {**_QUANTITY, "description": "Default GPU memory of every pool."},
+        "headroom": {
+            "type": "string",
+            "pattern": r"^(\d+(\.\d+)?(Ki|Mi|Gi|Ti|k|K|M|G|T)?|\d+(\.\d+)?%)$",
+            "description": "Memory kept free for the CUDA context: '1Gi' or '5%'.",
+        },
+        "pools": {"type": "array", "minItems": 1, "items": _POOL},
+        "tolerations": {"type": "array", "items": _TOLERATION},
+        "frameworks": _object(
+            {
+                "tensorflow": _object({"allowGrowth": {"type": "boolean"}}),
+                "jax": _object(
+                    {
+                        "memoryFraction": {"type": "boolean"},
+                        "preallocate": {"type": "boolean"},
+                    }
+                ),
+                "pytorch": _object(
+                    {
+                        "memoryFraction": {"type": "boolean"},
+                        "images": {
+                            **_GLOBS,
+                            "description": "Image globs whose PyTorch knows the key.",
+                        },
+                    }
+                ),
+            }
+        ),
+        "mps": _object(
+            {
+                "enforceThreadPercentage": {"type": "boolean"},
+                "enforceMemoryLimit": {"type": "boolean"},
+                "threadOverprovision": {"type": "number", "minimum": 1, "maximum": 4},
+            }
+        ),
+        "mpsDaemon": _object(
+            {
+                "pipeDirectory": {"type": "string", "pattern": "^/"},
+                "logDirectory": {"type": "string", "pattern": "^/"},
+                "readyLabel": {"type": "string", "minLength": 1},
+                "hostIPC": {"type": "boolean"},
+                "setExclusiveProcess": {"type": "boolean"},
+            }
+        ),
+        "inject": _object(
+            {
+                "env": {
+                    "type": "array",
+                    "items": _object(
+                        {
+                            "name": {"type": "string", "pattern": r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"},
+                            "value": {"type": "string"},
+                        },
+                        required=["name", "value"],
+                    ),
+                },
+                "labels": _LABEL_MAP,
+                "annotations": _LABEL_MAP,
+            }
+        ),
+        "directResourceRequests": {
+            "enum": ["allow", "deny"],
+            "description": "Whether pods may ask for the shared resource without the annotation.",
+        },
+    },
+    required=["mode", "pools"],
+)
+
+_METADATA = _object({"name": _NAME}, required=["name"])
+
+POLICY_SCHEMA: dict[str, Any] = _object(
+    {
+        "apiVersion": {"const": API_VERSION},
+        "kind": {"const": POLICY_KIND},
+        "metadata": _METADATA,
+        "spec": _POLICY_SPEC,
+    },
+    required=["apiVersion", "kind", "metadata", "spec"],
+)
+
+SETTINGS_SCHEMA: dict[str, Any] = _object(
+    {
+        "apiVersion": {"const": API_VERSION},
+        "kind": {"const": SETTINGS_KIND},
+        "metadata": _METADATA,
+        "spec": _object({"excludeNamespaces": _GLOBS}),
+    },
+    required=["apiVersion", "kind", "metadata", "spec"],
+)
+
+
+def document_schema() -> dict[str, Any]:
+    """The schema editors use for one YAML document (a policy or the settings)."""
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://gpushare.io/schemas/v1alpha1/policy.json",
+        "title": "gpushare policy document",
+        "oneOf": [POLICY_SCHEMA, SETTINGS_SCHEMA],
+    }

@@ -1,0 +1,131 @@
+"""What a developer asked for: the gpu-fraction / gpu-memory annotations, read strictly.
+
+Anything but a plain decimal is refused with a sentence that names the value and says what
+is accepted; "1e-9", "50%", "nan" and friends never reach the planner.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+
+from webhook.quantity import ACCEPTED_FORMS, parse_memory_mib
+
+FRACTION_ANNOTATION = "gpu-fraction"
+MEMORY_ANNOTATION = "gpu-memory"
+CONTAINER_ANNOTATION = "gpu-fraction-container-name"
+REQUEST_ANNOTATIONS = (FRACTION_ANNOTATION, MEMORY_ANNOTATION)
+
+# Plain decimals only: no sign, no exponent, no percent, at most one point.
+_DECIMAL = re.compile(r"^(?:\d+(?:\.\d+)?|\.\d+)$")
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """A parsed request: a share of one GPU, a memory slice, or whole GPUs."""
+
+    fraction: float | None = None
+    fraction_text: str | None = None
+    memory_mib: float | None = None
+    memory_text: str | None = None
+    whole_gpus: int | None = None
+    container_name: str | None = None
+
+    @property
+    def is_whole(self) -> bool:
+        return self.whole_gpus is not None
+
+
+@dataclass(frozen=True)
+class RequestProblem:
+    """Why the annotations cannot be read."""
+
+    message: str
+
+
+def has_gpu_request(annotations: Mapping[str, str]) -> bool:
+    return any(key in annotations for key in REQUEST_ANNOTATIONS)
+
+
+def read_request(annotations: Mapping[str, object]) -> GpuRequest | list[RequestProblem]:
+    """Parse the annotations; a list of problems when any of them is malformed."""
+    problems: list[RequestProblem] = []
+    fraction: float | None = None
+    fraction_text: str | None = None
+    whole: int | None = None
+    memory: float | None = None
+    memory_text: str | None = None
+
+    raw_fraction = annotations.get(FRACTION_ANNOTATION)
+    if raw_fraction is not None:
+        fraction_text = str(raw_fraction)
+        parsed = _parse_fraction(fraction_text)
+        if isinstance(parsed, RequestProblem):
+            problems.append(parsed)
+        elif isinstance(parsed, int):
+            whole = parsed
+        else:
+            fraction = parsed
+
+    raw_memory = annotations.get(MEMORY_ANNOTATION)
+    if raw_memory is not None:
+        memory_text = str(raw_memory)
+        memory = parse_memory_mib(memory_text)
+        if memory is None:
+            problems.append(
+                RequestProblem(
+                    f'{MEMORY_ANNOTATION} "{memory_text}" is not a memory size: '
+                    f"use {ACCEPTED_FORMS}."
+                )
+            )
+
+    if whole is not None and memory_text is not None:
+        problems.append(
+            RequestProblem(
+                f'{FRACTION_ANNOTATION} "{fraction_text}" asks for whole GPUs, which cannot be '
+                f'combined with {MEMORY_ANNOTATION} "{memory_text}": remove one of the two.'
+            )
+        )
+
+    container = annotations.get(CONTAINER_ANNOTATION)
+    container_name = None if container is None else str(container)
+    if container_name is not None and not container_name.strip():
+        problems.append(
+            RequestProblem(
+                f"{CONTAINER_ANNOTATION} is empty: name one of the pod's containers, or remove "
+                "the annotation to use the first container."
+            )
+        )
+
+    if problems:
+        return problems
+    return GpuRequest(
+        fraction=fraction,
+        fraction_text=fraction_text,
+        memory_mib=memory,
+        memory_text=memory_text,
+        whole_gpus=whole,
+        container_name=container_name,
+    )
+
+
+def _parse_fraction(text: str) -> float | int | RequestProblem:
+    accepted = (
+        'use a decimal between 0 and 1 such as "0.5" for a share of one GPU, '
+        'or a whole number such as "1" or "2" for whole GPUs.'
+    )
+    if not _DECIMAL.match(text):
+        return RequestProblem(f'{FRACTION_ANNOTATION} "{text}" is not a plain decimal: {accepted}')
+    value = Decimal(text)
+    if value == 0:
+        return RequestProblem(f'{FRACTION_ANNOTATION} "{text}" asks for no GPU: {accepted}')
+    if value == value.to_integral_value():
+        return int(value)
+    if value > 1:
+        return RequestProblem(
+            f'{FRACTION_ANNOTATION} "{text}" is more than one GPU but not a whole number: '
+            f"{accepted}"
+        )
+    return float(value)
