@@ -19,7 +19,7 @@ CONTAINER_ANNOTATION = "gpu-fraction-container-name"
 REQUEST_ANNOTATIONS = (FRACTION_ANNOTATION, MEMORY_ANNOTATION)
 
 # Plain decimals only: no sign, no exponent, no percent, at most one point.
-_DECIMAL = re.compile(r"^(?:\d+(?:\.\d+)?|\.\d+)$")
+_DECIMAL = re.compile(r"^(?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)\Z")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,163 @@
+"""NVIDIA device plugin configs generated from the policies, so pools and replica classes
+come from one source and cannot drift.
+
+Each pool becomes one named config of the device plugin's ``version: v1`` format
+(k8s-device-plugin, api/config/v1/config.go and replicas.go):
+
+* ``sharing.timeSlicing`` for time-slicing pools and for mps-daemon pools: there the device
+  plugin only counts slots, and gpushare's own daemon does MPS;
+* ``sharing.mps`` for mps pools, where the device plugin runs MPS itself;
+* ``resources: [{name: nvidia.com/gpu, replicas: R}]`` (R >= 2: replicas.go refuses fewer);
+* ``renameByDefault: true`` when the policy's resource is ``nvidia.com/gpu.shared``, the one
+  rename the plugin honours (custom ``rename`` values are ignored: replicas.go,
+  disableResoureRenaming);
+* ``failRequestsGreaterThanOne: true`` for replica-class allocation (one slot per pod) and
+  always under mps; false for count allocation, which asks for several slots.
+
+All configs go into one ConfigMap for the GPU Operator's ``devicePlugin.config``; a node
+picks its pool's config with the label ``nvidia.com/device-plugin.config=<name>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from webhook.node.errors import DevicePluginConfigError
+from webhook.node.pools import DEVICE_PLUGIN_CONFIG_LABEL, PoolRef, pool_conflicts, pool_refs
+from webhook.policy.model import Allocation, Mode, PolicySet
+
+DEFAULT_CONFIGMAP_NAME = "gpushare-device-plugin-configs"
+DEFAULT_NAMESPACE = "gpu-operator"
+SHARED_GPU = "nvidia.com/gpu"
+RENAMED_SHARED_GPU = "nvidia.com/gpu.shared"  # DefaultSharedRename: name + ".shared"
+MIN_REPLICAS = 2
+
+
+@dataclass(frozen=True)
+class DevicePluginConfig:
+    """One named device plugin config and the pools (one or more policies) it serves."""
+
+    name: str
+    document: dict[str, Any]
+    pools: tuple[PoolRef, ...]
+
+    @property
+    def strategy(self) -> str:
+        return "mps" if "mps" in self.document["sharing"] else "time-slicing"
+
+    def render(self) -> str:
+        return yaml.safe_dump(self.document, sort_keys=False)
+
+
+def _document(ref: PoolRef) -> dict[str, Any]:
+    policy, pool = ref.policy, ref.pool
+    fail_above_one = policy.mode is Mode.MPS or policy.allocation is Allocation.REPLICA_CLASS
+    strategy = "mps" if policy.mode is Mode.MPS else "timeSlicing"
+    return {
+        "version": "v1",
+        "sharing": {
+            strategy: {
+                "renameByDefault": policy.resource_name == RENAMED_SHARED_GPU,
+                "failRequestsGreaterThanOne": fail_above_one,
+                "resources": [{"name": SHARED_GPU, "replicas": pool.replicas}],
+            }
+        },
+    }
+
+
+def _problems(ref: PoolRef) -> list[str]:
+    policy, pool = ref.policy, ref.pool
+    problems = []
+    if policy.resource_name not in (SHARED_GPU, RENAMED_SHARED_GPU):
+        problems.append(
+            f"{ref.where} uses resource {policy.resource_name!r}, but the NVIDIA device "
+            f"plugin advertises a shared GPU only as {SHARED_GPU} or, with renameByDefault, "
+            f"{RENAMED_SHARED_GPU}: set resourceName to one of those."
+        )
+    if pool.replicas < MIN_REPLICAS:
+        problems.append(
+            f"{ref.where} has replicas {pool.replicas}, but the device plugin shares a GPU "
+            f"only with replicas >= {MIN_REPLICAS}: raise replicas, or serve whole GPUs "
+            "without a sharing pool."
+        )
+    if policy.mode is Mode.MPS and policy.allocation is Allocation.COUNT:
+        problems.append(
+            f"{ref.where} combines mode mps with allocation count, but the device plugin's "
+            "MPS mode refuses requests above one slot: use allocation replica-class."
+        )
+    return problems
+
+
+def build_configs(policies: PolicySet) -> list[DevicePluginConfig]:
+    """One config per distinct config name, in file order; DevicePluginConfigError lists
+    every problem (unsupported values, and pools sharing a name but not a definition)."""
+    refs = pool_refs(policies)
+    problems = [p for ref in refs for p in _problems(ref)]
+    problems += pool_conflicts(refs, key=lambda r: r.pool.config_name)
+    if problems:
+        raise DevicePluginConfigError(problems)
+    grouped: dict[str, list[PoolRef]] = {}
+    for ref in refs:
+        grouped.setdefault(ref.pool.config_name, []).append(ref)
+    return [
+        DevicePluginConfig(name=name, document=_document(group[0]), pools=tuple(group))
+        for name, group in grouped.items()
+    ]
+
+
+def config_map(
+    configs: Sequence[DevicePluginConfig], *, name: str, namespace: str, sources: Sequence[str]
+) -> dict[str, Any]:
+    """The ConfigMap for ``devicePlugin.config.name``: one data key per config."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "gpushare"},
+            "annotations": {"gpushare.io/generated-from": ",".join(sources)},
+        },
+        "data": {config.name: config.render() for config in configs},
+    }
+
+
+def guidance(configs: Sequence[DevicePluginConfig], *, name: str, namespace: str) -> str:
+    """What to do with the ConfigMap: point the GPU Operator at it, label the nodes."""
+    lines = [
+        f"# ConfigMap {namespace}/{name} holds {len(configs)} device plugin config(s).",
+        "# Point the GPU Operator at it (Helm value devicePlugin.config.name), e.g.:",
+        "#   kubectl patch clusterpolicies.nvidia.com/cluster-policy --type merge \\",
+        f'#     -p \'{{"spec": {{"devicePlugin": {{"config": {{"name": "{name}"}}}}}}}}\'',
+        "# Then label each pool's nodes with the config it should use:",
+    ]
+    daemon_configs: list[str] = []
+    for config in configs:
+        ref = config.pools[0]
+        policies = ", ".join(sorted({r.policy.name for r in config.pools}))
+        lines.append(
+            f"#   pool {ref.pool.name} (policy {policies}; {ref.policy.mode.value}, "
+            f"{ref.pool.replicas} slots per GPU, {config.strategy} in the device plugin):"
+        )
+        selector = ",".join(f"{k}={v}" for k, v in sorted(ref.pool.node_selector.items()))
+        target = f"-l {selector}" if selector else "<node>"
+        lines.append(
+            f"#     kubectl label node {target} {DEVICE_PLUGIN_CONFIG_LABEL}={config.name} "
+            "--overwrite"
+        )
+        if any(r.policy.mode is Mode.MPS_DAEMON for r in config.pools):
+            daemon_configs.append(config.name)
+    if daemon_configs:
+        lines.append(
+            "# Pools in mps-daemon mode also need gpushare's MPS DaemonSet (deploy/mps-daemon)"
+            f" on their nodes: {DEVICE_PLUGIN_CONFIG_LABEL} in [{', '.join(daemon_configs)}]."
+        )
+    lines.append(
+        "# The GPU Operator does not watch this ConfigMap: after changing it, restart the "
+        "device plugin pods (gpu-operator#1144)."
+    )
+    return "\n".join(lines) + "\n"

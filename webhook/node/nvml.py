@@ -1,0 +1,287 @@
+"""What the MPS launcher needs from NVML, behind one small interface.
+
+``Nvml`` is the interface: start NVML, list the GPUs (index, UUID, name, total memory,
+compute capability, compute mode, MIG mode), change a GPU's compute mode, stop NVML.
+``PynvmlNvml`` implements it over nvidia-ml-py (imported as ``pynvml``); ``FakeNvml`` serves
+the tests and the ``--fake-gpus`` dry run of ``gpushare mps-daemon`` on machines without GPUs.
+
+``discover_gpus`` turns the inventory into the GPUs the daemon may serve, or refuses with one
+clear error: no NVML library, no GPUs, a GPU older than Volta, or a GPU in MIG mode.
+``set_exclusive_process`` switches the compute mode as NVIDIA recommends for MPS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+from pathlib import Path
+from typing import Any, Protocol
+
+import pynvml
+
+from webhook.node.errors import ComputeModePermissionError, NodeSetupError
+
+# MPS limits (active thread percentage, pinned device memory) and the 48-client server need
+# Volta (compute capability 7.0) or newer; pre-Volta MPS has neither (NVIDIA MPS docs,
+# "Volta MPS" and "Appendix: Tools and Interface Reference").
+MIN_COMPUTE_CAPABILITY = (7, 0)
+MIB = 1024 * 1024
+
+
+class ComputeMode(IntEnum):
+    """NVML compute modes; values are ``nvmlComputeMode_t`` (nvml.h, mirrored by pynvml)."""
+
+    DEFAULT = 0
+    EXCLUSIVE_THREAD = 1  # removed from current drivers; kept so every value NVML returns maps
+    PROHIBITED = 2
+    EXCLUSIVE_PROCESS = 3
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    """One GPU as NVML reports it."""
+
+    index: int
+    uuid: str
+    name: str
+    memory_mib: int
+    compute_capability: tuple[int, int]
+    compute_mode: ComputeMode = ComputeMode.DEFAULT
+    mig_enabled: bool = False
+
+    @property
+    def compute_capability_text(self) -> str:
+        return f"{self.compute_capability[0]}.{self.compute_capability[1]}"
+
+
+class Nvml(Protocol):
+    """The few NVML calls the launcher makes."""
+
+    def init(self) -> None:
+        """Load the NVML library and initialise it; NodeSetupError if that is impossible."""
+
+    def devices(self) -> list[GpuDevice]:
+        """Every GPU NVML sees, in NVML index order."""
+
+    def set_compute_mode(self, index: int, mode: ComputeMode) -> None:
+        """Change one GPU's compute mode; ComputeModePermissionError without privileges."""
+
+    def shutdown(self) -> None:
+        """Release NVML."""
+
+
+def _text(value: str | bytes) -> str:
+    # Older nvidia-ml-py releases return bytes for names and UUIDs, newer ones str.
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class PynvmlNvml:
+    """``Nvml`` over nvidia-ml-py, which loads ``libnvidia-ml.so.1`` on ``nvmlInit``."""
+
+    def init(self) -> None:
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError_LibraryNotFound as exc:
+            raise NodeSetupError(
+                "The NVML library (libnvidia-ml.so.1) was not found, so this node's GPUs cannot "
+                "be discovered: run gpushare mps-daemon on a GPU node with the NVIDIA driver "
+                "installed, in a container started by the NVIDIA container runtime (e.g. "
+                "runtimeClassName: nvidia), which mounts the library."
+            ) from exc
+        except pynvml.NVMLError_DriverNotLoaded as exc:
+            raise NodeSetupError(
+                "The NVIDIA kernel driver is not loaded on this node (NVML: driver not loaded): "
+                "install or load the driver, or keep the MPS daemon off this node."
+            ) from exc
+        except pynvml.NVMLError_NoPermission as exc:
+            raise NodeSetupError(
+                "NVML could not open the GPU device nodes (insufficient permissions): give "
+                "the container access to /dev/nvidia* through the NVIDIA container runtime."
+            ) from exc
+        except pynvml.NVMLError as exc:
+            raise NodeSetupError(f"NVML failed to initialise: {exc}.") from exc
+
+    def devices(self) -> list[GpuDevice]:
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+            return [self._device(index) for index in range(count)]
+        except pynvml.NVMLError as exc:
+            raise NodeSetupError(f"NVML failed to list this node's GPUs: {exc}.") from exc
+
+    def _device(self, index: int) -> GpuDevice:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+        return GpuDevice(
+            index=index,
+            uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+            name=_text(pynvml.nvmlDeviceGetName(handle)),
+            memory_mib=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // MIB,
+            compute_capability=(int(major), int(minor)),
+            compute_mode=ComputeMode(int(pynvml.nvmlDeviceGetComputeMode(handle))),
+            mig_enabled=self._mig_enabled(handle),
+        )
+
+    @staticmethod
+    def _mig_enabled(handle: Any) -> bool:
+        try:
+            current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
+        except pynvml.NVMLError_NotSupported:
+            # GPUs without MIG (everything but A100/A30/H100-class) answer NOT_SUPPORTED.
+            return False
+        return bool(int(current) == pynvml.NVML_DEVICE_MIG_ENABLE)
+
+    def set_compute_mode(self, index: int, mode: ComputeMode) -> None:
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            pynvml.nvmlDeviceSetComputeMode(handle, int(mode))
+        except pynvml.NVMLError_NoPermission as exc:
+            # nvmlDeviceSetComputeMode "Requires root/admin permissions" (nvml.h).
+            raise ComputeModePermissionError(
+                f"NVML refused to set GPU {index} to compute mode {mode.name} (insufficient "
+                "permissions): it needs root with CAP_SYS_ADMIN, i.e. a privileged container."
+            ) from exc
+        except pynvml.NVMLError as exc:
+            raise NodeSetupError(
+                f"NVML failed to set GPU {index} to compute mode {mode.name}: {exc}."
+            ) from exc
+
+    def shutdown(self) -> None:
+        # Shutting down an NVML that never came up is not worth a second error.
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+
+
+@dataclass
+class FakeNvml:
+    """An in-memory ``Nvml`` for tests and dry runs; records every compute-mode change."""
+
+    gpus: list[GpuDevice] = field(default_factory=list)
+    library_missing: bool = False
+    compute_mode_permission: bool = True
+    compute_mode_changes: list[tuple[int, ComputeMode]] = field(default_factory=list)
+    initialised: bool = False
+
+    def init(self) -> None:
+        if self.library_missing:
+            # Same path as the real implementation: pynvml's own exception, translated there.
+            raise NodeSetupError(
+                "The NVML library (libnvidia-ml.so.1) was not found, so this node's GPUs cannot "
+                "be discovered: run gpushare mps-daemon on a GPU node with the NVIDIA driver "
+                "installed, in a container started by the NVIDIA container runtime (e.g. "
+                "runtimeClassName: nvidia), which mounts the library."
+            )
+        self.initialised = True
+
+    def devices(self) -> list[GpuDevice]:
+        return list(self.gpus)
+
+    def set_compute_mode(self, index: int, mode: ComputeMode) -> None:
+        if not self.compute_mode_permission:
+            raise ComputeModePermissionError(
+                f"NVML refused to set GPU {index} to compute mode {mode.name} (insufficient "
+                "permissions): it needs root with CAP_SYS_ADMIN, i.e. a privileged container."
+            )
+        self.compute_mode_changes.append((index, mode))
+        self.gpus = [replace(g, compute_mode=mode) if g.index == index else g for g in self.gpus]
+
+    def shutdown(self) -> None:
+        self.initialised = False
+
+    @classmethod
+    def from_file(cls, path: Path) -> FakeNvml:
+        """Read a fake inventory: ``{"gpus": [{"index": 0, "uuid": ..., "name": ...,
+        "memoryMiB": 81920, "computeCapability": "8.0", "computeMode": "DEFAULT",
+        "mig": false}], "computeModePermission": true, "libraryMissing": false}``."""
+        try:
+            raw = json.loads(path.read_text())
+            return cls(
+                gpus=[_fake_gpu(i, g) for i, g in enumerate(raw.get("gpus", []))],
+                library_missing=bool(raw.get("libraryMissing", False)),
+                compute_mode_permission=bool(raw.get("computeModePermission", True)),
+            )
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise NodeSetupError(f"Cannot read the fake GPU inventory {path}: {exc}.") from exc
+
+
+def _fake_gpu(position: int, raw: Mapping[str, Any]) -> GpuDevice:
+    major, _, minor = str(raw.get("computeCapability", "8.0")).partition(".")
+    return GpuDevice(
+        index=int(raw.get("index", position)),
+        uuid=str(raw.get("uuid", f"GPU-00000000-0000-0000-0000-{position:012d}")),
+        name=str(raw.get("name", "NVIDIA A100-SXM4-80GB")),
+        memory_mib=int(raw["memoryMiB"]),
+        compute_capability=(int(major), int(minor or 0)),
+        compute_mode=ComputeMode[str(raw.get("computeMode", "DEFAULT"))],
+        mig_enabled=bool(raw.get("mig", False)),
+    )
+
+
+def discover_gpus(nvml: Nvml) -> tuple[GpuDevice, ...]:
+    """The node's GPUs, or NodeSetupError naming every GPU that MPS cannot serve.
+
+    The control daemon serves every GPU it can see (NVIDIA's own daemon also starts it
+    without CUDA_VISIBLE_DEVICES), so one unsupported GPU refuses the whole node rather than
+    leaving a GPU without limits.
+    """
+    nvml.init()
+    gpus = tuple(nvml.devices())
+    if not gpus:
+        raise NodeSetupError(
+            "NVML found no GPU on this node, so there is nothing for an MPS daemon to share: "
+            "keep the gpushare MPS DaemonSet off this node (its nodeSelector should require "
+            "nvidia.com/gpu.present=true), or check that the container sees the GPUs."
+        )
+    problems = [_unsupported(g) for g in gpus]
+    reasons = [p for p in problems if p]
+    if reasons:
+        raise NodeSetupError(
+            "MPS limits cannot be enforced on this node: "
+            + "; ".join(reasons)
+            + ". Keep the gpushare MPS DaemonSet off this node or use a time-slicing pool."
+        )
+    return gpus
+
+
+def _unsupported(gpu: GpuDevice) -> str | None:
+    if gpu.compute_capability < MIN_COMPUTE_CAPABILITY:
+        return (
+            f"GPU {gpu.index} ({gpu.name}, compute capability {gpu.compute_capability_text}) "
+            "is older than Volta (7.0), which MPS thread and memory limits need"
+        )
+    if gpu.mig_enabled:
+        # MPS inside MIG instances needs per-instance daemons, which this launcher does not
+        # manage; NVIDIA's device plugin likewise refuses MPS on MIG devices.
+        return f"GPU {gpu.index} ({gpu.name}) is in MIG mode; disable MIG (nvidia-smi -mig 0)"
+    return None
+
+
+def set_exclusive_process(nvml: Nvml, gpus: Sequence[GpuDevice]) -> dict[int, ComputeMode]:
+    """Put every GPU into EXCLUSIVE_PROCESS; return the modes changed, to restore on exit.
+
+    NVIDIA recommends EXCLUSIVE_PROCESS under MPS so that only the MPS server holds a
+    context: a process that bypasses the daemon cannot then share the GPU unlimited.
+    ComputeModePermissionError propagates; the caller decides how to run degraded.
+    """
+    changed: dict[int, ComputeMode] = {}
+    try:
+        for gpu in gpus:
+            if gpu.compute_mode is ComputeMode.EXCLUSIVE_PROCESS:
+                continue
+            nvml.set_compute_mode(gpu.index, ComputeMode.EXCLUSIVE_PROCESS)
+            changed[gpu.index] = gpu.compute_mode
+    except ComputeModePermissionError:
+        # All or nothing: a node half in EXCLUSIVE_PROCESS would be degraded in a way no
+        # annotation describes.
+        restore_compute_modes(nvml, changed)
+        raise
+    return changed
+
+
+def restore_compute_modes(nvml: Nvml, previous: Mapping[int, ComputeMode]) -> None:
+    """Put back the compute modes ``set_exclusive_process`` changed (as NVIDIA's daemon does
+    when it stops: cmd/mps-control-daemon/mps/daemon.go, Stop)."""
+    for index, mode in previous.items():
+        nvml.set_compute_mode(index, mode)
