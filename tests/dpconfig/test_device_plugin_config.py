@@ -1,6 +1,6 @@
 """``gpushare device-plugin-config``: the generated configs, checked by a Go parser that
-follows NVIDIA's api/config/v1 (main.go here) and, where the Go module proxy serves it, by
-NVIDIA's package itself (upstream/main.go)."""
+follows NVIDIA's api/config/v1 (main.go here). The proxy refuses NVIDIA's module itself, so
+upstream/main.go (its own parser) is a by-hand check: see docs/node-side-results.md."""
 
 from __future__ import annotations
 
@@ -201,23 +201,6 @@ def test_structural_parser_rejects_what_nvidia_rejects(tmp_path: Path) -> None:
     assert "no resources specified" in parsed["no-resources"]["error"]
     assert "unknown field(s) flags.renameByDefault" in parsed["misplaced-rename"]["error"]
     assert "incorrect format for resource name" in parsed["bad-name"]["error"]
-
-
-def test_nvidias_own_parser_reads_every_generated_config(generated: dict[str, Path]) -> None:
-    try:
-        binary = go_binary(HERE / "upstream", "dpconfig-upstream", resolve=True)
-    except BuildFailedError as exc:
-        text = str(exc)
-        refused = "403 Forbidden" in text or "This module version is not available" in text
-        if refused and "/k8s-device-plugin/@v/" in text:
-            pytest.skip(
-                "the Go module proxy refuses github.com/NVIDIA/k8s-device-plugin; "
-                "test_structural_parser_reads_every_generated_config checks the same configs"
-            )
-        raise
-    code, parsed = parse_with(binary, list(generated.values()))  # pragma: no cover
-    assert code == 0, parsed  # pragma: no cover
-    assert {n: summary(p) for n, p in parsed.items()} == EXPECTED  # pragma: no cover
 
 
 # -- the generator ----------------------------------------------------------------------------
