@@ -110,7 +110,8 @@ def _cmd_policy_check(args: argparse.Namespace) -> int:
                 print(problem, file=sys.stderr)
             continue
         names = ", ".join(p.name for p in policy_set.policies)
-        print(f"{path}: ok ({len(policy_set.policies)} policies: {names})")
+        count = len(policy_set.policies)
+        print(f"{path}: ok ({count} {'policy' if count == 1 else 'policies'}: {names})")
     return EXIT_USAGE if failed else EXIT_OK
 
 

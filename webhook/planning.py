@@ -156,6 +156,8 @@ class _Planner:
         self.container_name = str(self.container.get("name"))
         self.container_path: Path = ("spec", "containers", index)
         self.edits = PodEdits()
+        # Env names this plan appends; a later setting of the same name must not add it again.
+        self.env_added: set[str] = set()
         self.warnings: list[str] = []
         self.problems: list[str] = []
         self.explanation: list[str] = [
@@ -178,9 +180,8 @@ class _Planner:
         )
         if self.problems:
             return Denied(tuple(self.problems), self.policy.name)
-        return Planned(
-            self.policy, self.edits, tuple(self.warnings), record, tuple(self.explanation)
-        )
+        warnings = tuple(dict.fromkeys(self.warnings))  # one note per fact, in order
+        return Planned(self.policy, self.edits, warnings, record, tuple(self.explanation))
 
     # -- the two kinds of request ---------------------------------------------------------
 
@@ -273,6 +274,9 @@ class _Planner:
             wanted = {"name": setting.name, "value": setting.value}
             found = positions.get(setting.name)
             if not found:
+                if setting.name in self.env_added:
+                    continue
+                self.env_added.add(setting.name)
                 self.edits.append(env_path, wanted)
                 self.explanation.append(
                     f"env {setting.name}={setting.value} ({setting.derivation})"
@@ -317,15 +321,19 @@ class _Planner:
                 )
                 continue
             self.edits.append((*self.container_path, "volumeMounts"), dict(mount))
+            self.explanation.append(f"volumeMount {mount['name']} at {mount['mountPath']}")
 
     def _inject_policy_extras(self) -> None:
         inject = self.policy.inject
         self._env([EnvSetting(n, v, derivation="policy inject.env") for n, v in inject.env])
         for key, value in inject.labels.items():
             self.edits.set(("metadata", "labels", key), value)
+            self.explanation.append(f"label {key}={value} (policy inject.labels)")
         for key, value in inject.annotations.items():
             self.edits.set(("metadata", "annotations", key), value)
+            self.explanation.append(f"annotation {key}={value} (policy inject.annotations)")
         tolerations = self.spec.get("tolerations") or []
         for toleration in inject.tolerations:
             if dict(toleration) not in tolerations:
                 self.edits.append(("spec", "tolerations"), dict(toleration))
+                self.explanation.append(f"toleration {dict(toleration)} (policy tolerations)")

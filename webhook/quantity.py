@@ -17,7 +17,7 @@ _UNITS: dict[str, int] = {
     "Gi": 2**30,
     "Ti": 2**40,
 }
-_QUANTITY = re.compile(r"^(?P<number>\d+(?:\.\d+)?)(?P<unit>Ki|Mi|Gi|Ti|k|K|M|G|T)?$")
+_QUANTITY = re.compile(r"^(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<unit>Ki|Mi|Gi|Ti|k|K|M|G|T)?\Z")
 MIB = 2**20
 
 ACCEPTED_FORMS = 'a positive size such as "10Gi", "512Mi" or "16G"'
@@ -25,7 +25,7 @@ ACCEPTED_FORMS = 'a positive size such as "10Gi", "512Mi" or "16G"'
 
 def parse_memory_mib(text: str) -> float | None:
     """The size in MiB, or None when ``text`` is not a positive memory quantity."""
-    match = _QUANTITY.match(text.strip())
+    match = _QUANTITY.match(text)
     if match is None:
         return None
     try:

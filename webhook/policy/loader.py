@@ -91,6 +91,8 @@ def load_policy_texts(texts: Iterable[tuple[str, str]]) -> PolicySet:
     """Parse (source name, YAML text) pairs into one ``PolicySet``."""
     problems = _Problems()
     policies: list[Policy] = []
+    # Where each policy was written, for problems found across policies.
+    origins: dict[int, tuple[str, yaml.Node]] = {}
     excluded: set[str] | None = None
     sources: list[str] = []
     for source, text in texts:
@@ -106,7 +108,8 @@ def load_policy_texts(texts: Iterable[tuple[str, str]]) -> PolicySet:
                 policy = _build_policy(document, node, source, prefix, problems)
                 if policy is not None:
                     policies.append(policy)
-    _check_across_policies(policies, problems)
+                    origins[id(policy)] = (prefix, node)
+    _check_across_policies(policies, origins, problems)
     if not policies and not problems.lines:
         problems.add(", ".join(sources) or "<none>", "<files>", "no GpuSharingPolicy found.")
     if problems.lines:
@@ -202,6 +205,13 @@ def _validate(
     errors = sorted(validator.iter_errors(document), key=lambda e: list(map(str, e.path)))
     for error in errors:
         path = list(error.absolute_path)
+        if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+            # Point at each unexpected key, not at the mapping that holds it.
+            known = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
+            for key in sorted(k for k in error.instance if k not in known):
+                where = [*path, key]
+                problems.add(source, _join(prefix, where), _describe(error), _line_of(node, where))
+            continue
         problems.add(source, _join(prefix, path), _describe(error), _line_of(node, path))
     return not errors
 
@@ -416,27 +426,37 @@ def _headroom(text: str | None) -> Headroom:
     return Headroom(memory_mib=math.ceil(mib or 0))
 
 
-def _check_across_policies(policies: list[Policy], problems: _Problems) -> None:
+def _check_across_policies(
+    policies: list[Policy], origins: Mapping[int, tuple[str, yaml.Node]], problems: _Problems
+) -> None:
+    def at(policy: Policy, *keys: str) -> tuple[str, int | None]:
+        prefix, node = origins[id(policy)]
+        return _join(prefix, keys), _line_of(node, keys)
+
     names: dict[str, Policy] = {}
     for policy in policies:
         if policy.name in names:
+            path, line = at(policy, "metadata", "name")
             problems.add(
                 policy.source,
-                "metadata.name",
+                path,
                 f"policy {policy.name!r} is also defined in {names[policy.name].source}; "
                 "policy names must be unique",
+                line,
             )
         names[policy.name] = policy
     defaults: dict[int, Policy] = {}
     for policy in (p for p in policies if p.default):
         other = defaults.get(policy.priority)
         if other is not None:
+            path, line = at(policy, "spec", "default")
             problems.add(
                 policy.source,
-                "spec.default",
+                path,
                 f"policies {other.name!r} and {policy.name!r} are both default with priority "
                 f"{policy.priority}, so neither wins: keep one default or give them different "
                 "priorities",
+                line,
             )
         defaults[policy.priority] = policy
 
