@@ -1,0 +1,161 @@
+"""Session fixtures for the end-to-end tests: the harness binary and a running control plane.
+
+Every test collected under tests/e2e/ gets the `e2e` marker, and its pytest-timeout budget
+covers the test body only: building the harness (minutes when cold) and starting the
+control plane happen in session fixtures with deadlines of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import uuid
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+
+import pytest
+from controlplane import ControlPlane, FakeGpuNode, create_fake_node
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+E2E_DIR = Path(__file__).resolve().parent
+HARNESS_DIR = E2E_DIR.parent / "harness"
+# A cold build (empty Go caches) took about 7 minutes on 2 cores; allow for slower hosts.
+BUILD_TIMEOUT_S = float(os.environ.get("GPUSHARE_HARNESS_BUILD_TIMEOUT", "2400"))
+# Where the session's control plane is kept, so failure reports can show its logs.
+CONTROL_PLANE_KEY = pytest.StashKey[ControlPlane]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark tests in this directory `e2e` and time only their bodies."""
+    for item in items:
+        if E2E_DIR not in item.path.parents:
+            continue
+        item.add_marker(pytest.mark.e2e)
+        # func_only: the session fixtures' own deadlines bound setup, which a cold build
+        # would otherwise push past the suite-wide 300 s. A test's own timeout marker wins.
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(func_only=True))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach the control plane's log tails to the report of a failed e2e test."""
+    report = yield
+    if report.failed and E2E_DIR in item.path.parents:
+        plane = item.config.stash.get(CONTROL_PLANE_KEY, None)
+        if plane is not None and plane.components:
+            report.sections.append(("control plane logs", plane.logs()))
+    return report
+
+
+@pytest.fixture(scope="session")
+def harness_binary() -> Path:
+    """Path to the harness binary, built (or found in the cache) by tests/harness/build.sh.
+
+    A failed build fails the tests with the build log: e2e tests are never skipped.
+    """
+    # Own process group, so a timeout stops the go toolchain too, not only the script.
+    with subprocess.Popen(
+        [str(HARNESS_DIR / "build.sh")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as build:
+        try:
+            stdout, stderr = build.communicate(timeout=BUILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(build.pid, signal.SIGKILL)
+            stdout, stderr = build.communicate()
+            pytest.fail(
+                f"tests/harness/build.sh took over {BUILD_TIMEOUT_S:.0f}s\n{stderr}",
+                pytrace=False,
+            )
+    lines = stdout.strip().splitlines()
+    if build.returncode != 0 or not lines:
+        pytest.fail(
+            f"tests/harness/build.sh failed (exit {build.returncode})\n"
+            f"--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
+            pytrace=False,
+        )
+    binary = Path(lines[-1])
+    if not os.access(binary, os.X_OK):
+        pytest.fail(f"build.sh printed {binary}, which is not an executable file")
+    return binary
+
+
+@pytest.fixture(scope="session")
+def control_plane(
+    harness_binary: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ControlPlane]:
+    """A running etcd + kube-apiserver + kube-scheduler for the whole session.
+
+    Attributes: `server` (https URL), `kubeconfig` (Path, admin, cert data inline),
+    `api` (shared admin ApiClient), `pki`, `workdir`, `binary`; methods: `api_client()`
+    (a new client), `kubectl(*args)`, `logs()`.
+    """
+    with ControlPlane(binary=harness_binary, workdir=tmp_path_factory.mktemp("controlplane")) as cp:
+        request.config.stash[CONTROL_PLANE_KEY] = cp
+        try:
+            yield cp
+        finally:
+            del request.config.stash[CONTROL_PLANE_KEY]
+
+
+@pytest.fixture(scope="session")
+def api_client(control_plane: ControlPlane) -> k8s.ApiClient:
+    """The control plane's shared admin ApiClient (closed when the control plane stops)."""
+    return control_plane.api
+
+
+@pytest.fixture(scope="session")
+def core_v1(api_client: k8s.ApiClient) -> k8s.CoreV1Api:
+    """CoreV1Api on the admin client."""
+    return k8s.CoreV1Api(api_client)
+
+
+def unique_name(prefix: str) -> str:
+    """A DNS-1123 name unique within the session (objects outlive tests in one cluster)."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def namespace(core_v1: k8s.CoreV1Api) -> Iterator[str]:
+    """A fresh namespace for one test; its pods are force-deleted afterwards.
+
+    Pods bound to fake nodes would otherwise keep holding node resources: with no kubelet
+    a graceful delete never completes, so the cleanup uses grace period 0. The namespace
+    itself stays Terminating (no namespace controller runs), which is harmless.
+    """
+    name = unique_name("e2e")
+    core_v1.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
+    try:
+        yield name
+    finally:
+        core_v1.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+        core_v1.delete_namespace(name)
+
+
+@pytest.fixture
+def fake_nodes(core_v1: k8s.CoreV1Api) -> Iterator[Callable[[FakeGpuNode], k8s.V1Node]]:
+    """A factory that creates fake GPU nodes and deletes them when the test ends."""
+    created: list[str] = []
+
+    def create(spec: FakeGpuNode) -> k8s.V1Node:
+        created.append(spec.name)
+        return create_fake_node(core_v1, spec)
+
+    try:
+        yield create
+    finally:
+        for name in created:
+            try:
+                core_v1.delete_node(name)
+            except ApiException as exc:
+                # The create itself may have failed; anything else is a real problem.
+                if exc.status != 404:
+                    raise
