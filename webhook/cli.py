@@ -157,19 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_plugged_commands(commands: Any) -> None:
-    """Server and node commands live with their edges; their imports stay off the core path."""
-    try:
-        from webhook.server.commands import add_server_commands
-    except ModuleNotFoundError:
-        pass
-    else:
-        add_server_commands(commands)
-    try:
-        from webhook.node.commands import add_node_commands
-    except ModuleNotFoundError:
-        pass
-    else:
-        add_node_commands(commands)
+    """Server and node commands live with their edges, imported only when the CLI is built."""
+    from webhook.node.commands import add_node_commands
+    from webhook.server.commands import add_server_commands
+
+    add_server_commands(commands)
+    add_node_commands(commands)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

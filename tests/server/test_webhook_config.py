@@ -1,0 +1,204 @@
+"""The webhook configurations: valid objects, sane CEL, and filters that keep pods away."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import celpy
+import kubernetes_validate
+import pytest
+import yaml
+
+from webhook.certs import write_certificates
+from webhook.cli import main
+from webhook.webhook_config import (
+    ServiceTarget,
+    UrlTarget,
+    WebhookConfigError,
+    WebhookSettings,
+    webhook_configurations,
+)
+
+from .support import annotated_pod, plain_pod
+
+KUBERNETES_VERSION = "1.30.0"  # matchConditions are GA from 1.30
+
+
+@pytest.fixture
+def ca_file(tmp_path: Path) -> Path:
+    return write_certificates(tmp_path / "certs", ["gpushare"]).ca_cert
+
+
+def settings_for(ca_file: Path, **overrides: Any) -> WebhookSettings:
+    values: dict[str, Any] = {
+        "target": ServiceTarget("gpushare", "gpushare-system"),
+        "ca_bundle_pem": ca_file.read_bytes(),
+    }
+    values.update(overrides)
+    return WebhookSettings(**values)
+
+
+def test_both_configurations_validate_against_the_kubernetes_schema(ca_file: Path) -> None:
+    for document in webhook_configurations(settings_for(ca_file)):
+        kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+
+
+def test_url_target_validates(ca_file: Path) -> None:
+    settings = settings_for(ca_file, target=UrlTarget("https://127.0.0.1:8443"))
+    mutating, validating = webhook_configurations(settings)
+    for document in (mutating, validating):
+        kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+    assert mutating["webhooks"][0]["clientConfig"]["url"] == "https://127.0.0.1:8443/mutate"
+    assert validating["webhooks"][0]["clientConfig"]["url"] == "https://127.0.0.1:8443/validate"
+
+
+def test_settings_the_issue_asks_for(ca_file: Path) -> None:
+    mutating, validating = webhook_configurations(settings_for(ca_file))
+    assert mutating["kind"] == "MutatingWebhookConfiguration"
+    assert validating["kind"] == "ValidatingWebhookConfiguration"
+    for document in (mutating, validating):
+        (webhook,) = document["webhooks"]
+        assert webhook["sideEffects"] == "None"
+        assert webhook["admissionReviewVersions"] == ["v1"]
+        assert 1 <= webhook["timeoutSeconds"] <= 10
+        assert base64.b64decode(webhook["clientConfig"]["caBundle"]) == ca_file.read_bytes()
+        assert webhook["rules"][0]["operations"] == ["CREATE"]
+        assert webhook["rules"][0]["resources"] == ["pods"]
+        expression = webhook["namespaceSelector"]["matchExpressions"][0]
+        assert expression["key"] == "kubernetes.io/metadata.name"
+        assert expression["operator"] == "NotIn"
+        assert {"kube-system", "gpushare-system"} <= set(expression["values"])
+    assert mutating["webhooks"][0]["reinvocationPolicy"] == "IfNeeded"
+    assert "reinvocationPolicy" not in validating["webhooks"][0]
+
+
+def cel_results(document: dict[str, Any], pod: dict[str, Any]) -> bool:
+    """Whether the apiserver would call the webhook: every matchCondition true."""
+    environment = celpy.Environment()
+    activation = {"object": celpy.json_to_cel(pod)}
+    results = []
+    for condition in document["webhooks"][0]["matchConditions"]:
+        program = environment.program(environment.compile(condition["expression"]))
+        results.append(bool(program.evaluate(activation)))
+    return all(results)
+
+
+def test_mutating_match_conditions_select_only_annotated_pods(ca_file: Path) -> None:
+    mutating, _ = webhook_configurations(settings_for(ca_file))
+    assert cel_results(mutating, annotated_pod())
+    memory_pod = plain_pod()
+    memory_pod["metadata"]["annotations"] = {"gpu-memory": "4Gi"}
+    assert cel_results(mutating, memory_pod)
+    assert not cel_results(mutating, plain_pod())
+    bare = plain_pod()
+    del bare["metadata"]["annotations"]
+    assert not cel_results(mutating, bare)
+
+
+def test_validating_match_conditions_add_direct_resource_requests(ca_file: Path) -> None:
+    _, validating = webhook_configurations(settings_for(ca_file))
+    assert cel_results(validating, annotated_pod())
+    assert not cel_results(validating, plain_pod())
+    direct = plain_pod()
+    direct["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu.shared"] = "1"
+    assert cel_results(validating, direct)
+    init = plain_pod()
+    init["spec"]["initContainers"] = [
+        {"name": "i", "image": "x", "resources": {"requests": {"nvidia.com/gpu.shared": "1"}}}
+    ]
+    assert cel_results(validating, init)
+    no_resources = plain_pod()
+    del no_resources["spec"]["containers"][0]["resources"]
+    assert not cel_results(validating, no_resources)
+
+
+def test_mirror_pods_never_reach_either_webhook(ca_file: Path) -> None:
+    pod = annotated_pod()
+    pod["metadata"]["annotations"]["kubernetes.io/config.mirror"] = "hash"
+    for document in webhook_configurations(settings_for(ca_file)):
+        assert not cel_results(document, pod)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"failure_policy": "Sometimes"}, "failurePolicy"),
+        ({"timeout_seconds": 31}, "1..30"),
+        ({"target": UrlTarget("http://127.0.0.1:8443")}, "https"),
+        ({"target": UrlTarget("https://127.0.0.1:8443/?x=1")}, "query"),
+        ({"ca_bundle_pem": b"not a certificate"}, "PEM"),
+    ],
+)
+def test_bad_settings_are_explained(ca_file: Path, overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(WebhookConfigError, match=message):
+        webhook_configurations(settings_for(ca_file, **overrides))
+
+
+def test_cli_prints_yaml_with_both_cas_during_rotation(
+    tmp_path: Path, ca_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    new_ca = write_certificates(tmp_path / "new", ["gpushare"]).ca_cert
+    code = main(
+        [
+            "webhook-config",
+            "--ca",
+            str(ca_file),
+            "--ca",
+            str(new_ca),
+            "--service",
+            "gpushare",
+            "--namespace",
+            "gpushare-system",
+            "--failure-policy",
+            "Ignore",
+            "--timeout",
+            "3",
+        ]
+    )
+    assert code == 0
+    documents = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["kind"] for d in documents] == [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ]
+    webhook = documents[0]["webhooks"][0]
+    assert webhook["failurePolicy"] == "Ignore" and webhook["timeoutSeconds"] == 3
+    bundle = base64.b64decode(webhook["clientConfig"]["caBundle"])
+    assert bundle == ca_file.read_bytes() + new_ca.read_bytes()
+    for document in documents:
+        kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+
+
+def test_cli_takes_resources_and_namespaces_from_policies(
+    ca_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from .support import BUNDLED_POLICIES
+
+    code = main(
+        [
+            "webhook-config",
+            "--ca",
+            str(ca_file),
+            "--url",
+            "https://127.0.0.1:8443",
+            "--policies",
+            str(BUNDLED_POLICIES),
+        ]
+    )
+    assert code == 0
+    documents = list(yaml.safe_load_all(capsys.readouterr().out))
+    values = documents[0]["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"]
+    assert {"kube-system", "kube-public", "gpushare-system"} <= set(values)
+
+
+def test_cli_service_needs_namespace(ca_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["webhook-config", "--ca", str(ca_file), "--service", "gpushare"]) == 2
+    assert "--namespace" in capsys.readouterr().err
+
+
+def test_cli_unreadable_ca(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["webhook-config", "--ca", str(tmp_path / "no.crt"), "--url", "https://x:1"])
+    assert code == 2
+    assert "cannot read" in capsys.readouterr().err

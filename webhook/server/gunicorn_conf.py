@@ -1,0 +1,77 @@
+"""gunicorn settings and hooks for the webhook: ``gunicorn -c python:webhook.server.gunicorn_conf``.
+
+Reads the ``GPUSHARE_*`` variables (``settings``) so ``gpushare serve`` and a container that
+runs gunicorn directly serve identically. What matters here:
+
+- ``gthread`` workers: unlike ``sync`` they keep connections alive, which the apiserver
+  reuses; TLS handshakes per request would dominate the cost of an admission.
+- ``ssl_context`` hook: gunicorn calls it for every accepted connection; the context comes
+  from ``tls.ServingCertificate``, which enforces TLS 1.2+ and follows certificate files
+  replaced on disk, so new connections get a new certificate without a restart.
+- ``PROMETHEUS_MULTIPROC_DIR`` is set before anything imports ``prometheus_client``, so
+  metrics are summed over all workers; stale files from an earlier run are removed.
+- No control socket: gunicorn 25.1+ would otherwise create one under ``~/.gunicorn/``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from webhook.server.json_logs import logging_config
+from webhook.server.settings import ServeSettings
+
+_MULTIPROC_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
+_created_metrics_dir: str | None = None
+if not os.environ.get(_MULTIPROC_VARIABLE):
+    _created_metrics_dir = tempfile.mkdtemp(prefix="gpushare-metrics-")
+    os.environ[_MULTIPROC_VARIABLE] = _created_metrics_dir
+_metrics_dir = Path(os.environ[_MULTIPROC_VARIABLE])
+_metrics_dir.mkdir(parents=True, exist_ok=True)
+
+_settings = ServeSettings.from_environ()
+
+bind = [_settings.bind]
+workers = _settings.workers
+worker_class = "gthread"
+threads = _settings.threads
+keepalive = _settings.keepalive_seconds
+graceful_timeout = _settings.graceful_timeout_seconds
+timeout = 30
+certfile = str(_settings.tls_cert)
+keyfile = str(_settings.tls_key)
+preload_app = False
+proc_name = "gpushare"
+control_socket_disable = True
+accesslog = None
+logconfig_dict = logging_config(_settings.log_level)
+loglevel = _settings.log_level
+# The worker heartbeat file: /dev/shm avoids disk-backed /tmp stalls (and works with a
+# read-only root filesystem in a container).
+worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
+
+
+def ssl_context(config: Any, default_ssl_context_factory: Any) -> Any:
+    from webhook.server.tls import serving_certificate
+
+    return serving_certificate(Path(config.certfile), Path(config.keyfile)).context()
+
+
+def on_starting(server: Any) -> None:
+    # Counters of an earlier run in the same directory would otherwise be added to ours.
+    for stale in _metrics_dir.glob("*.db"):
+        stale.unlink(missing_ok=True)
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    from webhook.server.metrics import mark_worker_dead
+
+    mark_worker_dead(worker.pid)
+
+
+def on_exit(server: Any) -> None:
+    if _created_metrics_dir is not None:
+        shutil.rmtree(_created_metrics_dir, ignore_errors=True)

@@ -1,0 +1,156 @@
+"""Prometheus metrics of the webhook, correct under several gunicorn worker processes.
+
+Under gunicorn, ``PROMETHEUS_MULTIPROC_DIR`` is set before anything imports
+``prometheus_client`` (see ``gunicorn_conf``); every worker then writes its values to mmap'ed
+files there and ``/metrics`` merges all workers' files, whichever worker answers the scrape.
+Without that variable (Flask test client, a single process) the same metrics live in memory.
+
+Each ``AdmissionMetrics`` has its own registry so several apps can exist in one process
+(tests) without "Duplicated timeseries" errors; in multiprocess mode the registry only
+matters for naming, since values go to the shared files.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client import multiprocess as prometheus_multiprocess
+
+from webhook.server.review import Outcome
+
+MULTIPROC_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
+ENDPOINTS = ("mutate", "validate")
+OUTCOMES = tuple(str(outcome) for outcome in Outcome)
+SCRAPE_ATTEMPTS = 3
+# Admission answers usually take well under a millisecond; the apiserver's timeout is
+# seconds. Buckets cover both ends.
+LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
+EXPOSITION_CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+def multiprocess_enabled() -> bool:
+    return bool(os.environ.get(MULTIPROC_DIR_VARIABLE))
+
+
+class AdmissionMetrics:
+    """The webhook's metrics and how to expose them."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "gpushare_admission_requests",
+            "Admission requests answered, by endpoint and outcome "
+            "(allowed, patched, denied, skipped, rejected, error).",
+            ["endpoint", "outcome"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "gpushare_admission_duration_seconds",
+            "Time from reading an admission request to having its answer, by endpoint.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.policy_reloads = Counter(
+            "gpushare_policy_reloads",
+            "Policy reloads after a change on disk, by result (ok, failed). Each worker "
+            "process reloads on its own, so one change counts once per worker.",
+            ["result"],
+            registry=self.registry,
+        )
+        self.policies_loaded = Gauge(
+            "gpushare_policies_loaded",
+            "Number of policies being served (lowest over live workers).",
+            registry=self.registry,
+            multiprocess_mode="livemin",
+        )
+        self.certificate_expiry = Gauge(
+            "gpushare_certificate_expiry_timestamp_seconds",
+            "Unix time at which the serving certificate expires.",
+            registry=self.registry,
+            multiprocess_mode="livemostrecent",
+        )
+        # Pre-create the label sets a dashboard expects to see at zero.
+        for result in ("ok", "failed"):
+            self.policy_reloads.labels(result=result)
+        # ``labels()`` costs more than the increment itself, so children are looked up once;
+        # creating them all now also creates this worker's metric files before any scrape.
+        self._request_counters: dict[tuple[str, str], Counter] = {
+            (endpoint, outcome): self.requests.labels(endpoint=endpoint, outcome=outcome)
+            for endpoint in ENDPOINTS
+            for outcome in OUTCOMES
+        }
+        self._latency_histograms: dict[str, Histogram] = {
+            endpoint: self.latency.labels(endpoint=endpoint) for endpoint in ENDPOINTS
+        }
+
+    def observe_admission(self, endpoint: str, outcome: str, seconds: float) -> None:
+        counter = self._request_counters.get((endpoint, outcome))
+        if counter is None:
+            counter = self.requests.labels(endpoint=endpoint, outcome=outcome)
+            self._request_counters[(endpoint, outcome)] = counter
+        histogram = self._latency_histograms.get(endpoint)
+        if histogram is None:
+            histogram = self._latency_histograms[endpoint] = self.latency.labels(endpoint=endpoint)
+        counter.inc()
+        histogram.observe(seconds)
+
+    def observe_policy_reload(self, ok: bool, policies: int | None) -> None:
+        self.policy_reloads.labels(result="ok" if ok else "failed").inc()
+        if policies is not None:
+            self.policies_loaded.set(policies)
+
+    def set_policies_loaded(self, count: int) -> None:
+        self.policies_loaded.set(count)
+
+    def set_certificate_expiry(self, not_after_unix: float) -> None:
+        self.certificate_expiry.set(not_after_unix)
+
+    def exposition(self) -> bytes:
+        """The text to answer a scrape with: all workers' values in multiprocess mode."""
+        if not multiprocess_enabled():
+            return generate_latest(self.registry)
+        for _ in range(SCRAPE_ATTEMPTS - 1):
+            try:
+                return _all_workers_exposition()
+            except struct.error:
+                # A worker creating its metric file leaves it empty for a moment, and the
+                # collector fails on an empty file; a moment later it is initialised.
+                time.sleep(0.01)
+        return _all_workers_exposition()
+
+
+def _all_workers_exposition() -> bytes:
+    registry = CollectorRegistry()
+    prometheus_multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return generate_latest(registry)
+
+
+def mark_worker_dead(pid: int) -> None:
+    """Drop a dead worker's live gauges (gunicorn ``child_exit`` hook)."""
+    if multiprocess_enabled():
+        prometheus_multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]

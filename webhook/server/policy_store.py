@@ -1,0 +1,253 @@
+"""The policies a worker serves, reloaded when the files on disk change.
+
+Each gunicorn worker owns one ``PolicyStore`` and polls its policy path from a daemon thread.
+A poll reads the files the loader would read (the same non-recursive ``*.yaml``/``*.yml``
+selection), hashes their contents and, only when the hash differs from the last one tried,
+parses exactly the texts it hashed, so a file changing between hashing and parsing cannot
+slip through unseen. Content hashing rather than mtimes also covers a ConfigMap mount's
+``..data`` symlink swap and writes within one mtime tick.
+
+A version that fails to load is refused: the last good ``PolicySet`` keeps serving, the
+problems are logged, counted and kept for ``/readyz`` until a good version arrives. The same
+bad version is reported once, not on every poll.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from webhook.errors import PolicyError
+from webhook.policy import PolicySet, load_policies
+from webhook.policy.loader import POLICY_SUFFIXES, load_policy_texts
+
+log = logging.getLogger("gpushare.policies")
+
+PolicySources = list[tuple[str, str]]
+
+
+class ReloadResult(StrEnum):
+    UNCHANGED = "unchanged"
+    LOADED = "loaded"
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class ReloadFailure:
+    """Why the newest version on disk is not being served."""
+
+    problems: tuple[str, ...]
+    digest: str
+    at: dt.datetime
+
+
+@dataclass(frozen=True)
+class PolicyStatus:
+    """What ``/readyz`` reports about the policies."""
+
+    path: Path
+    loaded: bool
+    policy_names: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    digest: str | None = None
+    loaded_at: dt.datetime | None = None
+    last_failure: ReloadFailure | None = None
+    reloads_ok: int = 0
+    reloads_failed: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        failure = self.last_failure
+        return {
+            "path": str(self.path),
+            "loaded": self.loaded,
+            "policies": list(self.policy_names),
+            "sources": list(self.sources),
+            "digest": self.digest,
+            "loaded_at": self.loaded_at.isoformat() if self.loaded_at else None,
+            "reloads_ok": self.reloads_ok,
+            "reloads_failed": self.reloads_failed,
+            "last_reload_error": None
+            if failure is None
+            else {
+                "problems": list(failure.problems),
+                "digest": failure.digest,
+                "at": failure.at.isoformat(),
+            },
+        }
+
+
+def read_policy_sources(path: Path) -> PolicySources:
+    """(file name, text) for every file ``load_policies(path)`` would read.
+
+    Raises ``PolicyError`` with the loader's own message when there is nothing to read.
+    """
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix in POLICY_SUFFIXES and p.is_file())
+    elif path.is_file():
+        files = [path]
+    else:
+        files = []
+    if not files:
+        load_policies(path)  # raises the loader's PolicyError naming what is missing
+        raise PolicyError([f"{path}: <path>: no policy files found."])
+    sources: PolicySources = []
+    for file in files:
+        try:
+            sources.append((str(file), file.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError) as error:
+            raise PolicyError([f"{file}: <file>: cannot be read: {error}."]) from error
+    return sources
+
+
+def digest_of(sources: PolicySources) -> str:
+    hasher = hashlib.sha256()
+    for name, text in sources:
+        hasher.update(name.encode())
+        hasher.update(b"\0")
+        hasher.update(text.encode())
+        hasher.update(b"\0")
+    return hasher.hexdigest()
+
+
+@dataclass
+class _State:
+    policies: PolicySet | None = None
+    digest: str | None = None
+    loaded_at: dt.datetime | None = None
+    tried_digest: str | None = None
+    last_failure: ReloadFailure | None = None
+    reloads_ok: int = 0
+    reloads_failed: int = 0
+    initial_done: bool = False
+
+
+ReloadObserver = Callable[[bool, PolicySet | None], None]
+
+
+@dataclass
+class PolicyStore:
+    """The current ``PolicySet`` of one process, with reload bookkeeping.
+
+    ``on_reload(ok, policies)`` is called after each reload attempt that follows the first
+    load (metrics hook); it is not called for unchanged polls.
+    """
+
+    path: Path
+    on_reload: ReloadObserver | None = None
+    _state: _State = field(default_factory=_State, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _thread: threading.Thread | None = field(default=None, init=False, repr=False)
+
+    @classmethod
+    def loaded(cls, path: str | Path, on_reload: ReloadObserver | None = None) -> PolicyStore:
+        """A store that has tried its first load (which may have failed; see ``status``)."""
+        store = cls(Path(path), on_reload)
+        store.refresh()
+        return store
+
+    @property
+    def policies(self) -> PolicySet | None:
+        """The set to decide with, or None while no version has ever loaded."""
+        return self._state.policies
+
+    def refresh(self) -> ReloadResult:
+        """Load the files if their content changed since the last attempt."""
+        with self._lock:
+            state = self._state
+            first = not state.initial_done
+            state.initial_done = True
+            try:
+                sources = read_policy_sources(self.path)
+            except PolicyError as error:
+                return self._refuse(
+                    error.problems, "unreadable:" + "\n".join(error.problems), first
+                )
+            digest = digest_of(sources)
+            if digest == state.tried_digest:
+                return ReloadResult.UNCHANGED
+            try:
+                policies = load_policy_texts(sources)
+            except PolicyError as error:
+                return self._refuse(error.problems, digest, first)
+            state.policies, state.digest, state.tried_digest = policies, digest, digest
+            state.loaded_at = dt.datetime.now(dt.UTC)
+            state.last_failure = None
+            if not first:
+                state.reloads_ok += 1
+            log.info(
+                "policies loaded",
+                extra={
+                    "policies": [policy.name for policy in policies.policies],
+                    "digest": digest[:12],
+                    "path": str(self.path),
+                },
+            )
+        if not first and self.on_reload is not None:
+            self.on_reload(True, policies)
+        return ReloadResult.LOADED
+
+    def _refuse(self, problems: list[str], digest: str, first: bool) -> ReloadResult:
+        # Called with the lock held.
+        state = self._state
+        if digest == state.tried_digest:
+            return ReloadResult.UNCHANGED
+        state.tried_digest = digest
+        state.last_failure = ReloadFailure(tuple(problems), digest, dt.datetime.now(dt.UTC))
+        if not first:
+            state.reloads_failed += 1
+        serving = "the previous version keeps serving" if state.policies else "none loaded yet"
+        log.error(
+            f"policies refused; {serving}",
+            extra={"problems": problems, "path": str(self.path)},
+        )
+        if not first and self.on_reload is not None:
+            self.on_reload(False, state.policies)
+        return ReloadResult.REFUSED
+
+    def status(self) -> PolicyStatus:
+        with self._lock:
+            state = self._state
+            policies = state.policies
+            return PolicyStatus(
+                path=self.path,
+                loaded=policies is not None,
+                policy_names=tuple(p.name for p in policies.policies) if policies else (),
+                sources=policies.sources if policies else (),
+                digest=state.digest,
+                loaded_at=state.loaded_at,
+                last_failure=state.last_failure,
+                reloads_ok=state.reloads_ok,
+                reloads_failed=state.reloads_failed,
+            )
+
+    def start_polling(self, interval_seconds: float) -> None:
+        """Poll for changes from a daemon thread until ``stop_polling``."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._poll, args=(interval_seconds,), name="gpushare-policy-poll", daemon=True
+        )
+        self._thread.start()
+
+    def stop_polling(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _poll(self, interval_seconds: float) -> None:
+        while not self._stop.wait(interval_seconds):
+            try:
+                self.refresh()
+            except Exception:
+                # A poller that dies silently would freeze the policies forever; log and
+                # keep polling instead.
+                log.exception("policy poll failed")

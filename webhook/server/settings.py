@@ -1,0 +1,122 @@
+"""The serve settings and their one transport: ``GPUSHARE_*`` environment variables.
+
+``gpushare serve`` turns its flags into these variables and execs gunicorn; a container image
+can run gunicorn directly with the same variables. The gunicorn config module
+(``gunicorn_conf``) and the WSGI entry point (``wsgi``) both read them back with
+``ServeSettings.from_environ``, so there is exactly one place that names every setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from webhook.errors import GpushareError
+
+ENV_PREFIX = "GPUSHARE_"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8443
+# Kubernetes caps request bodies at 3 MiB; controller-runtime reads at most 7 MiB.
+DEFAULT_MAX_BODY_BYTES = 7 * 1024 * 1024
+DEFAULT_POLICY_POLL_SECONDS = 2.0
+# Longer than Go's http.Transport idle timeout (90 s) is not needed: what matters is that
+# the server does not close an idle connection the apiserver is just about to reuse, which
+# a 2 s keep-alive (gunicorn's default) makes likely under light load.
+DEFAULT_KEEPALIVE_SECONDS = 75
+DEFAULT_GRACEFUL_TIMEOUT_SECONDS = 25
+DEFAULT_THREADS = 4
+
+
+class SettingsError(GpushareError):
+    """A ``GPUSHARE_*`` variable holds a value that cannot be used."""
+
+
+def default_workers() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Everything the running webhook needs; field ``x`` travels as ``GPUSHARE_X``."""
+
+    tls_cert: Path
+    tls_key: Path
+    policies: Path
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    workers: int = dataclasses.field(default_factory=default_workers)
+    threads: int = DEFAULT_THREADS
+    exclude_namespaces: tuple[str, ...] = ("kube-system",)
+    policy_poll_seconds: float = DEFAULT_POLICY_POLL_SECONDS
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    keepalive_seconds: int = DEFAULT_KEEPALIVE_SECONDS
+    graceful_timeout_seconds: int = DEFAULT_GRACEFUL_TIMEOUT_SECONDS
+    log_level: str = "info"
+
+    @property
+    def bind(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def to_environ(self) -> dict[str, str]:
+        values: dict[str, str] = {}
+        for item in dataclasses.fields(self):
+            value = getattr(self, item.name)
+            text = ",".join(value) if isinstance(value, tuple) else str(value)
+            values[ENV_PREFIX + item.name.upper()] = text
+        return values
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> ServeSettings:
+        source = os.environ if environ is None else environ
+        raw = {
+            item.name: source[ENV_PREFIX + item.name.upper()]
+            for item in dataclasses.fields(cls)
+            if ENV_PREFIX + item.name.upper() in source
+        }
+        missing = [
+            ENV_PREFIX + name.upper()
+            for name in ("tls_cert", "tls_key", "policies")
+            if not raw.get(name)
+        ]
+        if missing:
+            raise SettingsError(
+                f"Set {', '.join(missing)} (or start the server with `gpushare serve`, which "
+                "sets them)."
+            )
+        values: dict[str, object] = {}
+        for name, text in raw.items():
+            values[name] = _parse(name, text)
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def _parse(name: str, text: str) -> object:
+    variable = ENV_PREFIX + name.upper()
+    try:
+        if name in ("tls_cert", "tls_key", "policies"):
+            return Path(text)
+        if name in (
+            "port",
+            "workers",
+            "threads",
+            "max_body_bytes",
+            "keepalive_seconds",
+            "graceful_timeout_seconds",
+        ):
+            number = int(text)
+            if number < 1:
+                raise ValueError
+            return number
+        if name == "policy_poll_seconds":
+            seconds = float(text)
+            if seconds <= 0:
+                raise ValueError
+            return seconds
+        if name == "exclude_namespaces":
+            return tuple(part.strip() for part in text.split(",") if part.strip())
+    except ValueError:
+        raise SettingsError(f"{variable}={text!r} must be a positive number.") from None
+    return text

@@ -1,0 +1,264 @@
+"""The admissionregistration.k8s.io/v1 objects that point an apiserver at the webhook.
+
+Owns the Mutating- and ValidatingWebhookConfiguration a cluster admin applies: where the
+apiserver calls (a Service or a URL), the caBundle it trusts, and the filters that keep every
+pod the webhook has no business with away from it, so an outage of the webhook can never
+block ordinary pods. Pure functions return plain dicts; ``render_yaml`` is the thin printer.
+
+Filters, cheapest first, as the apiserver applies them:
+- ``rules``: pods, CREATE only (resources are immutable on UPDATE; in-place resize goes
+  through the ``resize`` subresource, which the rule does not match).
+- ``namespaceSelector``: never kube-system nor the webhook's own namespace, so the webhook
+  cannot block its own pods (``kubernetes.io/metadata.name`` is set on every namespace
+  since Kubernetes 1.22).
+- ``matchConditions`` (CEL, GA in 1.30): the mutating webhook sees only pods carrying a
+  ``gpu-fraction`` or ``gpu-memory`` annotation; the validating one also pods that request
+  a shared GPU resource by hand. Mirror pods (kubelet static pods) are never sent.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from webhook.errors import GpushareError
+
+CONFIGURATION_NAME = "gpushare"
+MUTATING_WEBHOOK_NAME = "mutate.gpushare.io"
+VALIDATING_WEBHOOK_NAME = "validate.gpushare.io"
+MUTATE_PATH = "/mutate"
+VALIDATE_PATH = "/validate"
+
+# The annotations a developer writes; kept here rather than imported from the core so the
+# configuration stays printable without loading policies.
+REQUEST_ANNOTATIONS: tuple[str, ...] = ("gpu-fraction", "gpu-memory")
+DEFAULT_SHARED_RESOURCES: tuple[str, ...] = ("nvidia.com/gpu.shared",)
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+ALWAYS_EXCLUDED_NAMESPACES: tuple[str, ...] = ("kube-system",)
+
+FAILURE_POLICIES = ("Fail", "Ignore")
+DEFAULT_TIMEOUT_SECONDS = 5
+MIN_TIMEOUT_SECONDS = 1
+MAX_TIMEOUT_SECONDS = 30
+
+
+class WebhookConfigError(GpushareError):
+    """The requested webhook configuration cannot be built; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class ServiceTarget:
+    """Call the webhook through an in-cluster Service (HTTP/1.1 with keep-alive)."""
+
+    name: str
+    namespace: str
+    port: int = 443
+
+
+@dataclass(frozen=True)
+class UrlTarget:
+    """Call the webhook at a fixed https URL (local development, out-of-cluster servers)."""
+
+    url: str
+
+
+@dataclass(frozen=True)
+class WebhookSettings:
+    target: ServiceTarget | UrlTarget
+    ca_bundle_pem: bytes
+    failure_policy: str = "Fail"
+    timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
+    excluded_namespaces: tuple[str, ...] = ()
+    shared_resources: tuple[str, ...] = DEFAULT_SHARED_RESOURCES
+    name: str = CONFIGURATION_NAME
+    labels: dict[str, str] = field(default_factory=lambda: {"app.kubernetes.io/name": "gpushare"})
+
+
+def _cel_string(value: str) -> str:
+    """A CEL string literal; single quotes so the YAML stays readable."""
+    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{escaped}'"
+
+
+def _annotations_contain_any(keys: Iterable[str]) -> str:
+    tests = " || ".join(f"{_cel_string(key)} in object.metadata.annotations" for key in keys)
+    return f"has(object.metadata.annotations) && ({tests})"
+
+
+def not_mirror_pod_expression() -> str:
+    return (
+        "!has(object.metadata.annotations) || "
+        f"!({_cel_string(MIRROR_POD_ANNOTATION)} in object.metadata.annotations)"
+    )
+
+
+def annotated_pod_expression() -> str:
+    return _annotations_contain_any(REQUEST_ANNOTATIONS)
+
+
+def _requests_any_resource(container_list: str, resources: Sequence[str]) -> str:
+    checks = []
+    for resource in resources:
+        literal = _cel_string(resource)
+        checks.append(
+            f"(has(c.resources.limits) && {literal} in c.resources.limits)"
+            f" || (has(c.resources.requests) && {literal} in c.resources.requests)"
+        )
+    inner = " || ".join(checks)
+    return (
+        f"has(object.spec.{container_list}) && "
+        f"object.spec.{container_list}.exists(c, has(c.resources) && ({inner}))"
+    )
+
+
+def shared_gpu_pod_expression(shared_resources: Sequence[str]) -> str:
+    """True for pods that carry the annotations or request a shared resource themselves."""
+    parts = [annotated_pod_expression()]
+    parts += [
+        _requests_any_resource(containers, shared_resources)
+        for containers in ("containers", "initContainers")
+    ]
+    return " || ".join(f"({part})" for part in parts)
+
+
+def _client_config(settings: WebhookSettings, path: str) -> dict[str, Any]:
+    ca_bundle = base64.b64encode(settings.ca_bundle_pem).decode("ascii")
+    target = settings.target
+    if isinstance(target, ServiceTarget):
+        return {
+            "service": {
+                "name": target.name,
+                "namespace": target.namespace,
+                "path": path,
+                "port": target.port,
+            },
+            "caBundle": ca_bundle,
+        }
+    return {"url": target.url.rstrip("/") + path, "caBundle": ca_bundle}
+
+
+def excluded_namespaces(settings: WebhookSettings) -> list[str]:
+    names = list(ALWAYS_EXCLUDED_NAMESPACES)
+    if isinstance(settings.target, ServiceTarget):
+        names.append(settings.target.namespace)
+    names += settings.excluded_namespaces
+    return list(dict.fromkeys(names))
+
+
+def _common_webhook(settings: WebhookSettings, name: str, path: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": settings.failure_policy,
+        "timeoutSeconds": settings.timeout_seconds,
+        "matchPolicy": "Equivalent",
+        "clientConfig": _client_config(settings, path),
+        "rules": [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE"],
+                "resources": ["pods"],
+                "scope": "Namespaced",
+            }
+        ],
+        "namespaceSelector": {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": excluded_namespaces(settings),
+                }
+            ]
+        },
+    }
+
+
+def _metadata(settings: WebhookSettings) -> dict[str, Any]:
+    return {"name": settings.name, "labels": dict(settings.labels)}
+
+
+def mutating_configuration(settings: WebhookSettings) -> dict[str, Any]:
+    webhook = _common_webhook(settings, MUTATING_WEBHOOK_NAME, MUTATE_PATH)
+    # IfNeeded: another mutator may add a container after us; the core is idempotent, so a
+    # second call on our own output yields no patch.
+    webhook["reinvocationPolicy"] = "IfNeeded"
+    webhook["matchConditions"] = [
+        {"name": "not-mirror-pod", "expression": not_mirror_pod_expression()},
+        {"name": "requests-gpu-share", "expression": annotated_pod_expression()},
+    ]
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": _metadata(settings),
+        "webhooks": [webhook],
+    }
+
+
+def validating_configuration(settings: WebhookSettings) -> dict[str, Any]:
+    webhook = _common_webhook(settings, VALIDATING_WEBHOOK_NAME, VALIDATE_PATH)
+    webhook["matchConditions"] = [
+        {"name": "not-mirror-pod", "expression": not_mirror_pod_expression()},
+        {
+            "name": "uses-gpu-share",
+            "expression": shared_gpu_pod_expression(settings.shared_resources),
+        },
+    ]
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": _metadata(settings),
+        "webhooks": [webhook],
+    }
+
+
+def check_settings(settings: WebhookSettings) -> None:
+    """Raise ``WebhookConfigError`` for values the apiserver would reject."""
+    if settings.failure_policy not in FAILURE_POLICIES:
+        raise WebhookConfigError(
+            f"failurePolicy {settings.failure_policy!r} is not one of "
+            f"{', '.join(FAILURE_POLICIES)}."
+        )
+    if not MIN_TIMEOUT_SECONDS <= settings.timeout_seconds <= MAX_TIMEOUT_SECONDS:
+        raise WebhookConfigError(
+            f"timeoutSeconds {settings.timeout_seconds} is outside 1..30, the range the "
+            "apiserver accepts; keep it short (5) so a slow webhook fails fast."
+        )
+    if isinstance(settings.target, UrlTarget):
+        parts = urlsplit(settings.target.url)
+        if parts.scheme != "https" or not parts.hostname:
+            raise WebhookConfigError(
+                f"--url {settings.target.url!r} must be an https URL such as "
+                "https://127.0.0.1:8443; the apiserver only calls webhooks over TLS."
+            )
+        if parts.query or parts.fragment or parts.username or parts.password:
+            raise WebhookConfigError(
+                f"--url {settings.target.url!r} must not carry a query, fragment or user "
+                "info; the apiserver rejects them."
+            )
+    elif not 1 <= settings.target.port <= 65535:
+        raise WebhookConfigError(f"Service port {settings.target.port} is outside 1..65535.")
+    if b"-----BEGIN CERTIFICATE-----" not in settings.ca_bundle_pem:
+        raise WebhookConfigError(
+            "The CA file holds no PEM certificate; pass the ca.crt written by `gpushare certs`."
+        )
+    if not settings.shared_resources:
+        raise WebhookConfigError(
+            "Name at least one shared GPU resource for the validating webhook."
+        )
+
+
+def webhook_configurations(settings: WebhookSettings) -> list[dict[str, Any]]:
+    """The mutating and validating configuration, in the order to apply them."""
+    check_settings(settings)
+    return [mutating_configuration(settings), validating_configuration(settings)]
+
+
+def render_yaml(documents: Sequence[dict[str, Any]]) -> str:
+    return yaml.safe_dump_all(documents, sort_keys=False, default_flow_style=False, width=1000)
