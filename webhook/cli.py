@@ -76,7 +76,7 @@ def _cmd_mutate(args: argparse.Namespace) -> int:
 
 def _cmd_explain(args: argparse.Namespace) -> int:
     pod, namespace, policies = _load(args)
-    outcome = mutate(pod, namespace, policies)
+    outcome = mutate(pod, namespace, policies, explain=True)
     decision = outcome.decision
     print(f"namespace: {namespace}")
     if isinstance(decision, Untouched):

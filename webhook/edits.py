@@ -41,18 +41,21 @@ class PodEdits:
 
     def __init__(self) -> None:
         self.root = Tree()
+        # Subtrees by path: plans set many entries under the same few parents.
+        self._trees: dict[Path, Tree] = {(): self.root}
 
     def _tree_at(self, path: Path) -> Tree:
-        node = self.root
-        for key in path:
-            child = node.get(key)
-            if child is None:
-                child = Tree()
-                node[key] = child
-            if not isinstance(child, Tree):
-                raise ValueError(f"conflicting edits at {path!r}")
-            node = child
-        return node
+        tree = self._trees.get(path)
+        if tree is not None:
+            return tree
+        parent = self._tree_at(path[:-1])
+        child = parent.get(path[-1])
+        if child is None:
+            child = parent[path[-1]] = Tree()
+        if not isinstance(child, Tree):
+            raise ValueError(f"conflicting edits at {path!r}")
+        self._trees[path] = child
+        return child
 
     def set(self, path: Path, value: Any) -> None:
         *parents, key = path

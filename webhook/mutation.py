@@ -35,9 +35,11 @@ def _denied(denied: Denied) -> Outcome:
     )
 
 
-def mutate(pod: Mapping[str, Any], namespace: str, policies: PolicySet) -> Outcome:
+def mutate(
+    pod: Mapping[str, Any], namespace: str, policies: PolicySet, *, explain: bool = False
+) -> Outcome:
     """The mutating webhook's answer: a JSON Patch (maybe empty), or a denial."""
-    decision = plan_pod(pod, namespace, policies)
+    decision = plan_pod(pod, namespace, policies, explain=explain)
     if isinstance(decision, Untouched):
         return Outcome(True, warnings=decision.warnings, decision=decision)
     if isinstance(decision, Denied):

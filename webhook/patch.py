@@ -16,7 +16,10 @@ JsonPatch = list[dict[str, Any]]
 
 def escape_pointer_token(token: str | int) -> str:
     """JSON Pointer (RFC 6901) escaping: "~" → "~0", "/" → "~1" (nvidia.com~1gpu.shared)."""
-    return str(token).replace("~", "~0").replace("/", "~1")
+    text = str(token)
+    if "~" in text or "/" in text:
+        return text.replace("~", "~0").replace("/", "~1")
+    return text
 
 
 def materialize(node: Tree | SetValue | ListEdits) -> Any:
@@ -28,30 +31,30 @@ def materialize(node: Tree | SetValue | ListEdits) -> Any:
     return {key: materialize(child) for key, child in node.items()}
 
 
-def _child(original: Any, key: str | int) -> tuple[bool, Any]:
-    if isinstance(original, dict) and isinstance(key, str) and key in original:
-        return original[key] is not None, original[key]
-    if isinstance(original, list) and isinstance(key, int) and 0 <= key < len(original):
-        return True, original[key]
-    return False, None
-
-
 def _walk(original: Any, tree: Tree, pointer: str, ops: JsonPatch) -> None:
+    # Hot path: plain type checks; pods come from JSON, so objects are dicts, arrays lists.
+    is_dict = type(original) is dict
     for key, node in tree.items():
         path = f"{pointer}/{escape_pointer_token(key)}"
-        exists, current = _child(original, key)
-        if isinstance(node, SetValue):
+        if is_dict:
+            current = original.get(key)
+        elif type(original) is list and type(key) is int and 0 <= key < len(original):
+            current = original[key]
+        else:
+            current = None
+        exists = current is not None
+        if type(node) is SetValue:
             if not exists or current != node.value:
                 ops.append({"op": "add", "path": path, "value": node.value})
         elif not exists:
             ops.append({"op": "add", "path": path, "value": materialize(node)})
-        elif isinstance(node, ListEdits):
+        elif type(node) is ListEdits:
             for index, item in sorted(node.replace.items()):
                 if current[index] != item:
                     ops.append({"op": "replace", "path": f"{path}/{index}", "value": item})
             ops.extend({"op": "add", "path": f"{path}/-", "value": item} for item in node.append)
         else:
-            _walk(current, node, path, ops)
+            _walk(current, node, path, ops)  # type: ignore[arg-type]
 
 
 def build_patch(original: dict[str, Any], edits: PodEdits) -> JsonPatch:

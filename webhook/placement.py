@@ -8,6 +8,7 @@ may a pod take ceil(f*R) slots ("count").
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -25,7 +26,16 @@ class Placement:
     pool: Pool
     slots: int
     fraction: float  # the share of one GPU the pod asked for (from gpu-memory where given)
-    reason: str
+
+    @property
+    def reason(self) -> str:
+        """Why this placement, for ``gpushare explain`` (built on demand: not on the hot path)."""
+        slots, pool = self.slots, self.pool
+        return (
+            f"pool {pool.name!r} (1/{pool.replicas} of a GPU per slot) takes {slots} slot"
+            f"{'s' if slots > 1 else ''} = {format_fraction(self.granted)} of a GPU "
+            f">= {format_fraction(self.fraction)} asked"
+        )
 
     @property
     def granted(self) -> float:
@@ -39,6 +49,7 @@ class Placement:
         return math.floor(self.fraction * self.pool.gpu_memory_mib)
 
 
+@functools.lru_cache(maxsize=4096)
 def format_fraction(value: float) -> str:
     """Up to four decimals, no trailing zeros: 0.5 → "0.5", 1/3 → "0.3333"."""
     text = f"{math.floor(value * 10000 + _EPSILON) / 10000:.4f}".rstrip("0").rstrip(".")
@@ -76,16 +87,7 @@ def place(policy: Policy, request: GpuRequest) -> Placement | list[str]:
         slots = _slots(policy, pool, fraction)
         if slots is None:
             continue
-        candidates.append(
-            Placement(
-                pool,
-                slots,
-                fraction,
-                f"pool {pool.name!r} (1/{pool.replicas} of a GPU per slot) takes {slots} slot"
-                f"{'s' if slots > 1 else ''} = {format_fraction(slots / pool.replicas)} of a GPU "
-                f">= {format_fraction(fraction)} asked",
-            )
-        )
+        candidates.append(Placement(pool, slots, fraction))
     if not candidates:
         return [_nothing_fits(policy, request)]
     best = min(candidates, key=lambda c: c.granted)  # min keeps list order on ties

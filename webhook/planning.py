@@ -8,10 +8,12 @@ under ``reinvocationPolicy: IfNeeded``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
+
+import orjson
 
 from webhook.edits import Path, PodEdits
 from webhook.frameworks import framework_env
@@ -48,6 +50,8 @@ KNOWN_GPU_RESOURCES = frozenset(
 )
 _WARNED_WHEN_OVERWRITTEN = frozenset((*MPS_LIMIT_VARS, PIPE_DIRECTORY_VAR))
 
+_MODE_CHANGES_CACHE_LIMIT = 4096
+
 # status.code of a denial: the annotations cannot be read (422) or break policy (403).
 UNPROCESSABLE = 422
 FORBIDDEN = 403
@@ -82,16 +86,22 @@ def is_gpu_resource(name: str, policies: PolicySet) -> bool:
     return (
         name in KNOWN_GPU_RESOURCES
         or name.startswith("nvidia.com/mig-")
-        or name in policies.shared_resource_names
-        or any(p.whole_gpus.resource_name == name for p in policies.policies)
+        or name in policies.gpu_resource_names
     )
 
 
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
 def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    """``value`` where it is an object, else an empty one (pods come from JSON: dicts)."""
+    return value if isinstance(value, dict) else _EMPTY
 
 
-def plan_pod(pod: Mapping[str, Any], namespace: str, policies: PolicySet) -> Decision:
+def plan_pod(
+    pod: Mapping[str, Any], namespace: str, policies: PolicySet, *, explain: bool = False
+) -> Decision:
+    """Decide for one pod; ``explain`` also records how each value came about."""
     metadata = _mapping(pod.get("metadata"))
     annotations = _mapping(metadata.get("annotations"))
     if MIRROR_POD_ANNOTATION in annotations:
@@ -110,7 +120,7 @@ def plan_pod(pod: Mapping[str, Any], namespace: str, policies: PolicySet) -> Dec
     index = _container_index(spec, request)
     if isinstance(index, str):
         return Denied((index,), policy.name, UNPROCESSABLE)
-    return _Planner(pod, policies, policy, selection, request, index).plan()
+    return _Planner(pod, policies, policy, selection, request, index, explain).plan()
 
 
 def _container_index(spec: Mapping[str, Any], request: GpuRequest) -> int | str:
@@ -145,6 +155,7 @@ class _Planner:
         selection: Selection,
         request: GpuRequest,
         index: int,
+        explain: bool,
     ) -> None:
         self.pod = pod
         self.policies = policies
@@ -160,10 +171,12 @@ class _Planner:
         self.env_added: set[str] = set()
         self.warnings: list[str] = []
         self.problems: list[str] = []
-        self.explanation: list[str] = [
-            f"policy: {selection.reason}",
-            *(f"  not chosen: {line}" for line in selection.others),
-        ]
+        # Explanation lines cost string formatting on every admission: only `explain` asks.
+        self.explaining = explain
+        self.explanation: list[str] = []
+        if explain:
+            self.explanation.append(f"policy: {selection.reason}")
+            self.explanation += [f"  not chosen: {line}" for line in selection.others]
 
     def plan(self) -> Decision:
         if self.request.is_whole:
@@ -176,7 +189,7 @@ class _Planner:
         self._inject_policy_extras()
         self.edits.set(
             ("metadata", "annotations", APPLIED_ANNOTATION),
-            json.dumps(record, sort_keys=True, separators=(",", ":")),
+            orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode(),
         )
         if self.problems:
             return Denied(tuple(self.problems), self.policy.name)
@@ -196,7 +209,8 @@ class _Planner:
                 "a share below 1."
             )
         self._resource(whole.resource_name, count)
-        self.explanation.append(f"request: {count} whole GPU(s) as {whole.resource_name}")
+        if self.explaining:
+            self.explanation.append(f"request: {count} whole GPU(s) as {whole.resource_name}")
         self._node_selector(whole.node_selector)
         return {
             "container": self.container_name,
@@ -207,9 +221,10 @@ class _Planner:
         }
 
     def _shared(self, placement: Placement) -> dict[str, Any]:
-        self.explanation.append(f"placement: {placement.reason}")
+        if self.explaining:
+            self.explanation.append(f"placement: {placement.reason}")
         self._resource(self.policy.resource_name, placement.slots)
-        changes: ModeChanges = MODES[self.policy.mode].changes(self.policy, placement)
+        changes = self._mode_changes(placement)
         frameworks = framework_env(self.policy, placement, self.container)
         self.problems += frameworks.problems
         self.warnings += [*changes.warnings, *frameworks.warnings]
@@ -218,7 +233,8 @@ class _Planner:
         self._volumes(changes)
         if changes.host_ipc and self.spec.get("hostIPC") is not True:
             self.edits.set(("spec", "hostIPC"), True)
-            self.explanation.append("hostIPC: true (policy mpsDaemon.hostIPC)")
+            if self.explaining:
+                self.explanation.append("hostIPC: true (policy mpsDaemon.hostIPC)")
         record: dict[str, Any] = {
             "container": self.container_name,
             "fraction": format_fraction(placement.fraction),
@@ -229,6 +245,16 @@ class _Planner:
             "slots": placement.slots,
         }
         return record
+
+    def _mode_changes(self, placement: Placement) -> ModeChanges:
+        key = (id(self.policy), placement.pool.name, placement.slots, placement.fraction)
+        cache = self.policies.mode_changes_cache
+        changes: ModeChanges | None = cache.get(key)
+        if changes is None:
+            if len(cache) >= _MODE_CHANGES_CACHE_LIMIT:
+                cache.clear()
+            changes = cache[key] = MODES[self.policy.mode].changes(self.policy, placement)
+        return changes
 
     # -- pieces of the pod ----------------------------------------------------------------
 
@@ -247,10 +273,11 @@ class _Planner:
                     )
         for section in ("limits", "requests"):
             self.edits.set((*self.container_path, "resources", section, name), str(count))
-        self.explanation.append(
-            f"resources: {name}: {count} in limits and requests of container "
-            f"{self.container_name!r}"
-        )
+        if self.explaining:
+            self.explanation.append(
+                f"resources: {name}: {count} in limits and requests of container "
+                f"{self.container_name!r}"
+            )
 
     def _node_selector(self, wanted: Mapping[str, str]) -> None:
         current = _mapping(self.spec.get("nodeSelector"))
@@ -262,7 +289,8 @@ class _Planner:
                     "pod."
                 )
             self.edits.set(("spec", "nodeSelector", key), value)
-            self.explanation.append(f"nodeSelector: {key}={value}")
+            if self.explaining:
+                self.explanation.append(f"nodeSelector: {key}={value}")
 
     def _env(self, settings: Sequence[EnvSetting]) -> None:
         env = self.container.get("env") or []
@@ -278,12 +306,14 @@ class _Planner:
                     continue
                 self.env_added.add(setting.name)
                 self.edits.append(env_path, wanted)
-                self.explanation.append(
-                    f"env {setting.name}={setting.value} ({setting.derivation})"
-                )
+                if self.explaining:
+                    self.explanation.append(
+                        f"env {setting.name}={setting.value} ({setting.derivation})"
+                    )
                 continue
             if not setting.enforced:
-                self.explanation.append(f"env {setting.name}: kept the value the user set")
+                if self.explaining:
+                    self.explanation.append(f"env {setting.name}: kept the value the user set")
                 continue
             for position in found:
                 if env[position] != wanted:
@@ -293,9 +323,10 @@ class _Planner:
                             f"{setting.name} in {self.container_name!r} set to {setting.value} "
                             "by policy (user value replaced)"
                         )
-            self.explanation.append(
-                f"env {setting.name}={setting.value} ({setting.derivation}; enforced)"
-            )
+            if self.explaining:
+                self.explanation.append(
+                    f"env {setting.name}={setting.value} ({setting.derivation}; enforced)"
+                )
 
     def _volumes(self, changes: ModeChanges) -> None:
         volumes = {str(_mapping(v).get("name")): v for v in self.spec.get("volumes") or ()}
@@ -303,7 +334,8 @@ class _Planner:
             existing = volumes.get(str(volume["name"]))
             if existing is None:
                 self.edits.append(("spec", "volumes"), dict(volume))
-                self.explanation.append(f"volume {volume['name']}: {dict(volume)}")
+                if self.explaining:
+                    self.explanation.append(f"volume {volume['name']}: {dict(volume)}")
             elif existing != volume:
                 self.problems.append(
                     f"the pod already has a volume named {volume['name']!r} that differs from "
@@ -321,19 +353,23 @@ class _Planner:
                 )
                 continue
             self.edits.append((*self.container_path, "volumeMounts"), dict(mount))
-            self.explanation.append(f"volumeMount {mount['name']} at {mount['mountPath']}")
+            if self.explaining:
+                self.explanation.append(f"volumeMount {mount['name']} at {mount['mountPath']}")
 
     def _inject_policy_extras(self) -> None:
         inject = self.policy.inject
         self._env([EnvSetting(n, v, derivation="policy inject.env") for n, v in inject.env])
         for key, value in inject.labels.items():
             self.edits.set(("metadata", "labels", key), value)
-            self.explanation.append(f"label {key}={value} (policy inject.labels)")
+            if self.explaining:
+                self.explanation.append(f"label {key}={value} (policy inject.labels)")
         for key, value in inject.annotations.items():
             self.edits.set(("metadata", "annotations", key), value)
-            self.explanation.append(f"annotation {key}={value} (policy inject.annotations)")
+            if self.explaining:
+                self.explanation.append(f"annotation {key}={value} (policy inject.annotations)")
         tolerations = self.spec.get("tolerations") or []
         for toleration in inject.tolerations:
             if dict(toleration) not in tolerations:
                 self.edits.append(("spec", "tolerations"), dict(toleration))
-                self.explanation.append(f"toleration {dict(toleration)} (policy tolerations)")
+                if self.explaining:
+                    self.explanation.append(f"toleration {dict(toleration)} (policy tolerations)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from decimal import Decimal, InvalidOperation
 
@@ -23,6 +24,7 @@ MIB = 2**20
 ACCEPTED_FORMS = 'a positive size such as "10Gi", "512Mi" or "16G"'
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_memory_mib(text: str) -> float | None:
     """The size in MiB, or None when ``text`` is not a positive memory quantity."""
     match = _QUANTITY.match(text)

@@ -6,6 +6,7 @@ is accepted; "1e-9", "50%", "nan" and friends never reach the planner.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -111,6 +112,7 @@ def read_request(annotations: Mapping[str, object]) -> GpuRequest | list[Request
     )
 
 
+@functools.lru_cache(maxsize=1024)  # pods repeat a handful of values; results are immutable
 def _parse_fraction(text: str) -> float | int | RequestProblem:
     accepted = (
         'use a decimal between 0 and 1 such as "0.5" for a share of one GPU, '

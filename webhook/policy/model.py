@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -194,6 +195,26 @@ class PolicySet:
     def by_name(self, name: str) -> Policy | None:
         return next((p for p in self.policies if p.name == name), None)
 
-    @property
+    @functools.cached_property
     def shared_resource_names(self) -> frozenset[str]:
         return frozenset(p.resource_name for p in self.policies)
+
+    @functools.cached_property
+    def gpu_resource_names(self) -> frozenset[str]:
+        """Every resource a policy hands out, shared or whole."""
+        return self.shared_resource_names | {p.whole_gpus.resource_name for p in self.policies}
+
+    @functools.cached_property
+    def selection_cache(self) -> dict[tuple[str, tuple[str | None, ...]], Any]:
+        """Memo of ``select_policy`` per namespace and relevant pod labels (bounded there)."""
+        return {}
+
+    @functools.cached_property
+    def mode_changes_cache(self) -> dict[tuple[int, str, int, float], Any]:
+        """Memo of what a mode adds for a placement: a pure function of policy and placement."""
+        return {}
+
+    @functools.cached_property
+    def selecting_label_keys(self) -> tuple[str, ...]:
+        """The pod label keys any policy's match looks at."""
+        return tuple(sorted({k for p in self.policies for k in p.match.pod_labels}))
