@@ -11,7 +11,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.patch import JsonPatch, build_patch
-from webhook.planning import FORBIDDEN, Decision, Denied, Planned, Untouched, plan_pod
+from webhook.planning import (
+    APPLIED_ANNOTATION,
+    FORBIDDEN,
+    Decision,
+    Denied,
+    Planned,
+    Untouched,
+    plan_pod,
+)
 from webhook.policy.model import DirectRequests, PolicySet
 from webhook.policy.selection import select_policy
 from webhook.render import render
@@ -71,12 +79,24 @@ def validate(pod: Mapping[str, Any], namespace: str, policies: PolicySet) -> Out
         if isinstance(decision, Untouched):
             return Outcome(True, decision=decision)
         drift = build_patch(dict(pod), decision.edits)
+        if drift and APPLIED_ANNOTATION not in annotations:
+            return Outcome(
+                False,
+                reasons=(
+                    "This pod asks for a GPU share but was never mutated by gpushare: the "
+                    "mutating webhook was unreachable or skipped it. Check that "
+                    "mutate.gpushare.io is up and registered, then create the pod again.",
+                ),
+                code=FORBIDDEN,
+                policy=decision.policy.name,
+                decision=decision,
+            )
         if drift:
             paths = ", ".join(op["path"] for op in drift[:5])
             return Outcome(
                 False,
                 reasons=(
-                    "the GPU-sharing settings injected at admission were changed afterwards "
+                    "The GPU-sharing settings injected at admission were changed afterwards "
                     f"(at {paths}); remove the webhook or edit that changes them, or drop the "
                     f"{FRACTION_ANNOTATION} annotation.",
                 ),

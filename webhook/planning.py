@@ -126,7 +126,7 @@ def plan_pod(
 def _container_index(spec: Mapping[str, Any], request: GpuRequest) -> int | str:
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
-        return "the pod has no containers to give a GPU to."
+        return "The pod has no containers to give a GPU to."
     names = [str(_mapping(c).get("name")) for c in containers]
     if request.container_name is None:
         return 0
@@ -261,10 +261,16 @@ class _Planner:
     def _resource(self, name: str, count: int) -> None:
         """Requests == limits (extended resources allow nothing else); no other GPU asks."""
         resources = _mapping(self.container.get("resources"))
+        limits = _mapping(resources.get("limits"))
         for section in ("limits", "requests"):
             for key, value in _mapping(resources.get(section)).items():
-                if is_gpu_resource(key, self.policies) and (
-                    key != name or str(value) != str(count)
+                # The apiserver copies limits into missing requests before admission: one
+                # ask, one message, as for the manifest the user wrote.
+                repeated = section == "requests" and str(limits.get(key)) == str(value)
+                if (
+                    is_gpu_resource(key, self.policies)
+                    and (key != name or str(value) != str(count))
+                    and not repeated
                 ):
                     self.problems.append(
                         f"container {self.container_name!r} already asks for {key}: {value} in "

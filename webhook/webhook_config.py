@@ -10,7 +10,7 @@ Filters, cheapest first, as the apiserver applies them:
   through the ``resize`` subresource, which the rule does not match).
 - ``namespaceSelector``: never kube-system nor the webhook's own namespace, so the webhook
   cannot block its own pods (``kubernetes.io/metadata.name`` is set on every namespace
-  since Kubernetes 1.22).
+  since Kubernetes 1.22), nor namespaces labelled ``gpushare.io/webhook=exclude``.
 - ``matchConditions`` (CEL, GA in 1.30): the mutating webhook sees only pods carrying a
   ``gpu-fraction`` or ``gpu-memory`` annotation; the validating one also pods that request
   a shared GPU resource by hand. Mirror pods (kubelet static pods) are never sent.
@@ -45,6 +45,8 @@ FAILURE_POLICIES = ("Fail", "Ignore")
 DEFAULT_TIMEOUT_SECONDS = 5
 MIN_TIMEOUT_SECONDS = 1
 MAX_TIMEOUT_SECONDS = 30
+
+OPT_OUT_LABEL = "gpushare.io/webhook"
 
 
 class WebhookConfigError(GpushareError):
@@ -174,7 +176,9 @@ def _common_webhook(settings: WebhookSettings, name: str, path: str) -> dict[str
                     "key": "kubernetes.io/metadata.name",
                     "operator": "NotIn",
                     "values": excluded_namespaces(settings),
-                }
+                },
+                # Opt-out label for admins: `kubectl label ns X gpushare.io/webhook=exclude`.
+                {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": ["exclude"]},
             ]
         },
     }

@@ -444,7 +444,7 @@ def test_unreadable_annotations_are_422_and_policy_violations_403(bundled: Polic
 
 def test_pod_without_containers_is_refused(bundled: PolicySet) -> None:
     outcome = _deny(make_pod({"gpu-fraction": "0.5"}, containers=[]), "research", bundled)
-    assert outcome.reasons == ("the pod has no containers to give a GPU to.",)
+    assert outcome.reasons == ("The pod has no containers to give a GPU to.",)
 
 
 def test_container_name_lists_the_candidates(bundled: PolicySet) -> None:
@@ -484,8 +484,18 @@ def test_validate_accepts_our_own_result_and_catches_later_tampering(bundled: Po
     outcome = validate(tampered, "research", bundled)
     assert not outcome.allowed
     assert outcome.reasons[0].startswith(
-        "the GPU-sharing settings injected at admission were changed afterwards (at "
+        "The GPU-sharing settings injected at admission were changed afterwards (at "
         "/spec/nodeSelector/nvidia.com~1gpu.replicas)"
+    )
+
+
+def test_validate_says_when_the_mutating_webhook_never_ran(bundled: PolicySet) -> None:
+    """A pod admitted unmutated (mutating webhook down under Ignore) is named as such."""
+    outcome = validate(make_pod({"gpu-fraction": "0.5"}), "research", bundled)
+    assert not outcome.allowed
+    assert outcome.code == 403
+    assert outcome.reasons[0].startswith(
+        "This pod asks for a GPU share but was never mutated by gpushare"
     )
 
 

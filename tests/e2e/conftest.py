@@ -1,4 +1,6 @@
-"""Session fixtures for the end-to-end tests: the harness binary and a running control plane.
+"""Session fixtures for the end-to-end tests: the harness binary and a running control plane,
+and gpushare's webhook served (`webhook_server`, session) and registered
+(`gpushare_webhook`, per module; see webhookserver.py).
 
 Every test collected under tests/e2e/ gets the `e2e` marker, and its pytest-timeout budget
 covers the test body only: building the harness (minutes when cold) and starting the
@@ -8,6 +10,7 @@ control plane happen in session fixtures with deadlines of their own.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import uuid
@@ -15,9 +18,11 @@ from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from controlplane import ControlPlane, FakeGpuNode, create_fake_node
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from webhookserver import GpushareWebhook, WebhookServer, ensure_namespace
 
 E2E_DIR = Path(__file__).resolve().parent
 HARNESS_DIR = E2E_DIR.parent / "harness"
@@ -159,3 +164,77 @@ def fake_nodes(core_v1: k8s.CoreV1Api) -> Iterator[Callable[[FakeGpuNode], k8s.V
                 # The create itself may have failed; anything else is a real problem.
                 if exc.status != 404:
                     raise
+
+
+# --------------------------------------------------------------------------------------
+# gpushare's webhook: served by `gpushare serve`, registered by `gpushare webhook-config`
+
+REPO = E2E_DIR.parents[1]
+PROBE_NAMESPACE = "e2e-probe"
+
+
+@pytest.fixture(scope="session")
+def webhook_policies(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The policies the e2e webhook serves, in a directory of their own.
+
+    The bundled policies/default.yaml (time-slicing everywhere), copies of
+    policies/examples/mps.yaml (ml-* namespaces) and mps-daemon.yaml (inference), and the
+    team-vision policy of tests/corpus/team-policy-local-file (team-vision-*) without that
+    case's own fallback default, so every corpus case has its policy in one set.
+    """
+    directory = tmp_path_factory.mktemp("policies")
+    shutil.copy(REPO / "policies/default.yaml", directory / "default.yaml")
+    for example in ("mps.yaml", "mps-daemon.yaml"):
+        shutil.copy(REPO / "policies/examples" / example, directory / example)
+    team = REPO / "tests/corpus/team-policy-local-file/policies.yaml"
+    documents = [
+        doc
+        for doc in yaml.safe_load_all(team.read_text())
+        if doc and not doc.get("spec", {}).get("default")
+    ]
+    assert documents, f"no team policy left in {team}"
+    (directory / "team-vision.yaml").write_text(yaml.safe_dump_all(documents, sort_keys=False))
+    return directory
+
+
+@pytest.fixture(scope="session")
+def webhook_server(
+    tmp_path_factory: pytest.TempPathFactory, webhook_policies: Path
+) -> Iterator[WebhookServer]:
+    """`gpushare serve` (gunicorn, 2 workers, TLS) on a free 127.0.0.1 port for the session.
+
+    Certificates come from `gpushare certs --service gpushare --namespace gpushare-system
+    --ip 127.0.0.1`; the JSON admission log goes to `server.log_path`.
+    """
+    server = WebhookServer.start(tmp_path_factory.mktemp("webhook"), webhook_policies)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def probe_namespace(core_v1: k8s.CoreV1Api) -> str:
+    """Where registration probes run their server-side dry runs (nothing is stored)."""
+    ensure_namespace(core_v1, PROBE_NAMESPACE)
+    return PROBE_NAMESPACE
+
+
+@pytest.fixture(scope="module")
+def gpushare_webhook(
+    control_plane: ControlPlane, webhook_server: WebhookServer, probe_namespace: str
+) -> Iterator[GpushareWebhook]:
+    """gpushare registered with the apiserver for the tests of one module.
+
+    Applies what `gpushare webhook-config --ca <ca.crt> --url https://127.0.0.1:<port>
+    --policies <webhook_policies>` prints and waits (polling dry runs) until both webhooks
+    answer; afterwards deletes the configurations and waits until they are out of force, so
+    other modules (which create shared-GPU pods by hand) never meet them. The server itself
+    lives for the session.
+    """
+    webhook = GpushareWebhook(webhook_server, control_plane.api, probe_namespace)
+    webhook.register()
+    try:
+        yield webhook
+    finally:
+        webhook.unregister()

@@ -350,6 +350,26 @@ def test_core_exception_is_500_with_uid(
     assert "boom" not in error["status"]["message"]  # internals stay in the log
 
 
+def test_failure_outside_the_core_is_a_json_500(
+    client: FlaskClient,
+    monkeypatch: pytest.MonkeyPatch,
+    admission_log_stream: io.BytesIO,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A failure in the admission layer itself (here: reading the body) is still enveloped."""
+    from webhook.server import app as app_module
+
+    def broken(environ: Any, max_body_bytes: int) -> bytes:
+        raise ConnectionResetError("client went away")
+
+    caplog.set_level(logging.INFO, logger="gpushare.admission")
+    monkeypatch.setattr(app_module, "read_body", broken)
+    error = error_of(client.post("/mutate", json=review(annotated_pod())), 500)
+    assert "went away" not in error["status"]["message"]
+    (line,) = [json.loads(line) for line in admission_log_stream.getvalue().splitlines()]
+    assert line["decision"] == "error" and line["status"] == 500
+
+
 def test_no_policies_loaded_is_503(tmp_path: Any) -> None:
     broken = tmp_path / "policies"
     broken.mkdir()

@@ -99,23 +99,24 @@ class AdmissionMetrics:
             self.policy_reloads.labels(result=result)
         # ``labels()`` costs more than the increment itself, so children are looked up once;
         # creating them all now also creates this worker's metric files before any scrape.
-        self._request_counters: dict[tuple[str, str], Counter] = {
-            (endpoint, outcome): self.requests.labels(endpoint=endpoint, outcome=outcome)
+        latency = {endpoint: self.latency.labels(endpoint=endpoint) for endpoint in ENDPOINTS}
+        self._admission_series: dict[tuple[str, str], tuple[Counter, Histogram]] = {
+            (endpoint, outcome): (
+                self.requests.labels(endpoint=endpoint, outcome=outcome),
+                latency[endpoint],
+            )
             for endpoint in ENDPOINTS
             for outcome in OUTCOMES
         }
-        self._latency_histograms: dict[str, Histogram] = {
-            endpoint: self.latency.labels(endpoint=endpoint) for endpoint in ENDPOINTS
-        }
 
     def observe_admission(self, endpoint: str, outcome: str, seconds: float) -> None:
-        counter = self._request_counters.get((endpoint, outcome))
-        if counter is None:
-            counter = self.requests.labels(endpoint=endpoint, outcome=outcome)
-            self._request_counters[(endpoint, outcome)] = counter
-        histogram = self._latency_histograms.get(endpoint)
-        if histogram is None:
-            histogram = self._latency_histograms[endpoint] = self.latency.labels(endpoint=endpoint)
+        series = self._admission_series.get((endpoint, outcome))
+        if series is None:
+            series = self._admission_series[(endpoint, outcome)] = (
+                self.requests.labels(endpoint=endpoint, outcome=outcome),
+                self.latency.labels(endpoint=endpoint),
+            )
+        counter, histogram = series
         counter.inc()
         histogram.observe(seconds)
 
