@@ -49,6 +49,7 @@ from webhook.server.settings import ServeSettings  # noqa: E402
 
 SERVICE_APP = "webhook.server.wsgi:app"
 FLOOR_APP = "bench.floor_app:app"
+FLOOR_BYPASS_APP = "bench.floor_app:bypass_app"
 TRANSPORT_ONLY_APP = "bench.transport_only_app:app"
 GUNICORN_CONFIG = "python:webhook.server.gunicorn_conf"
 CONCURRENCIES = (1, 8, 32)
@@ -404,6 +405,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=6.0, help="seconds per wrk run")
     parser.add_argument("--rounds", type=int, default=3, help="floor/service alternations")
+    parser.add_argument(
+        "--floor",
+        choices=("flask", "bypass"),
+        default="flask",
+        help="flask: admission POST routed by Flask (issue 3's floor); bypass: answered by a "
+        "WSGI layer in front of Flask, as the service does",
+    )
     parser.add_argument("--workers", type=int, help="gunicorn workers (default: as serve)")
     parser.add_argument("--threads", type=int, help="gunicorn threads per worker")
     parser.add_argument("--log-level", default="info", help="service log level")
@@ -419,7 +427,9 @@ def main(argv: list[str] | None = None) -> int:
         print("wrk is not installed: apt-get install wrk", file=sys.stderr)
         return 2
     concurrencies = tuple(args.concurrency or CONCURRENCIES)
-    apps = [("floor", FLOOR_APP), ("service", SERVICE_APP)]
+    floor_app = FLOOR_BYPASS_APP if args.floor == "bypass" else FLOOR_APP
+    apps = [("floor", floor_app), ("service", SERVICE_APP)]
+    print(f"floor: {floor_app} ({args.floor})", flush=True)
     if args.attribute:
         apps.append(("transport", TRANSPORT_ONLY_APP))
 
