@@ -46,9 +46,8 @@ def framework_fraction(policy: Policy, placement: Placement) -> float | str:
     return share
 
 
-def framework_env(
-    policy: Policy, placement: Placement, container: Mapping[str, Any]
-) -> FrameworkEnv:
+def fixed_framework_env(policy: Policy, placement: Placement) -> FrameworkEnv:
+    """The knobs that depend on policy and placement only (so callers may memoize them)."""
     knobs = policy.frameworks
     share = framework_fraction(policy, placement)
     if isinstance(share, str):
@@ -56,7 +55,6 @@ def framework_env(
     text = format_fraction(share)
     derivation = f"{format_fraction(placement.fraction)} asked - headroom, floored to 0.001"
     env: list[EnvSetting] = []
-    warnings: list[str] = []
     if knobs.tensorflow_allow_growth:
         env.append(EnvSetting(TF_GROWTH_VAR, "true", derivation="TensorFlow grows, never caps"))
     if knobs.jax_memory_fraction:
@@ -65,17 +63,30 @@ def framework_env(
         env.append(
             EnvSetting(JAX_PREALLOCATE_VAR, str(knobs.jax_preallocate).lower(), derivation="policy")
         )
-    torch = knobs.pytorch
+    return FrameworkEnv(tuple(env))
+
+
+def framework_env(
+    policy: Policy,
+    placement: Placement,
+    container: Mapping[str, Any],
+    fixed: FrameworkEnv | None = None,
+) -> FrameworkEnv:
+    """Every knob for this container: ``fixed`` (or its computation) plus PyTorch's merge."""
+    base = fixed_framework_env(policy, placement) if fixed is None else fixed
+    torch = policy.frameworks.pytorch
+    if base.problems or not torch.memory_fraction:
+        return base
     image = str(container.get("image", ""))
-    if torch.memory_fraction and (
-        not torch.images or any(fnmatchcase(image, glob) for glob in torch.images)
-    ):
-        setting = _torch_setting(container, share, derivation)
-        if isinstance(setting, str):
-            warnings.append(setting)
-        else:
-            env.append(setting)
-    return FrameworkEnv(tuple(env), tuple(warnings))
+    if torch.images and not any(fnmatchcase(image, glob) for glob in torch.images):
+        return base
+    share = framework_fraction(policy, placement)
+    assert not isinstance(share, str)  # base.problems is empty
+    derivation = f"{format_fraction(placement.fraction)} asked - headroom, floored to 0.001"
+    setting = _torch_setting(container, share, derivation)
+    if isinstance(setting, str):
+        return FrameworkEnv(base.env, (*base.warnings, setting))
+    return FrameworkEnv((*base.env, setting), base.warnings)
 
 
 def _torch_setting(container: Mapping[str, Any], share: float, derivation: str) -> EnvSetting | str:

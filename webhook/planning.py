@@ -8,6 +8,7 @@ under ``reinvocationPolicy: IfNeeded``.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -16,7 +17,7 @@ from typing import Any
 import orjson
 
 from webhook.edits import Path, PodEdits
-from webhook.frameworks import framework_env
+from webhook.frameworks import fixed_framework_env, framework_env
 from webhook.modes import MODES, MPS_LIMIT_VARS, EnvSetting, ModeChanges
 from webhook.modes.mps_daemon import PIPE_DIRECTORY_VAR
 from webhook.placement import Placement, format_fraction, place
@@ -50,7 +51,7 @@ KNOWN_GPU_RESOURCES = frozenset(
 )
 _WARNED_WHEN_OVERWRITTEN = frozenset((*MPS_LIMIT_VARS, PIPE_DIRECTORY_VAR))
 
-_MODE_CHANGES_CACHE_LIMIT = 4096
+_PLACEMENT_CACHE_LIMIT = 4096
 
 # status.code of a denial: the annotations cannot be read (422) or break policy (403).
 UNPROCESSABLE = 422
@@ -225,7 +226,9 @@ class _Planner:
             self.explanation.append(f"placement: {placement.reason}")
         self._resource(self.policy.resource_name, placement.slots)
         changes = self._mode_changes(placement)
-        frameworks = framework_env(self.policy, placement, self.container)
+        frameworks = framework_env(
+            self.policy, placement, self.container, self._cached("frameworks", placement)
+        )
         self.problems += frameworks.problems
         self.warnings += [*changes.warnings, *frameworks.warnings]
         self._node_selector(changes.node_selector)
@@ -247,14 +250,23 @@ class _Planner:
         return record
 
     def _mode_changes(self, placement: Placement) -> ModeChanges:
-        key = (id(self.policy), placement.pool.name, placement.slots, placement.fraction)
-        cache = self.policies.mode_changes_cache
-        changes: ModeChanges | None = cache.get(key)
-        if changes is None:
-            if len(cache) >= _MODE_CHANGES_CACHE_LIMIT:
-                cache.clear()
-            changes = cache[key] = MODES[self.policy.mode].changes(self.policy, placement)
+        changes: ModeChanges = self._cached("mode", placement)
         return changes
+
+    def _cached(self, what: str, placement: Placement) -> Any:
+        """Mode changes and fixed framework env: pure functions of policy and placement."""
+        key = (what, id(self.policy), placement.pool.name, placement.slots, placement.fraction)
+        cache = self.policies.placement_cache
+        value = cache.get(key)
+        if value is None:
+            if len(cache) >= _PLACEMENT_CACHE_LIMIT:
+                cache.clear()
+            if what == "mode":
+                value = MODES[self.policy.mode].changes(self.policy, placement)
+            else:
+                value = fixed_framework_env(self.policy, placement)
+            cache[key] = value
+        return value
 
     # -- pieces of the pod ----------------------------------------------------------------
 
@@ -339,7 +351,8 @@ class _Planner:
         for volume in changes.volumes:
             existing = volumes.get(str(volume["name"]))
             if existing is None:
-                self.edits.append(("spec", "volumes"), dict(volume))
+                # Deep copies: mode changes are memoized; planned pods must not share dicts.
+                self.edits.append(("spec", "volumes"), copy.deepcopy(dict(volume)))
                 if self.explaining:
                     self.explanation.append(f"volume {volume['name']}: {dict(volume)}")
             elif existing != volume:
@@ -358,7 +371,7 @@ class _Planner:
                     f"{mount['mountPath']}, where the MPS pipe directory must go: move it."
                 )
                 continue
-            self.edits.append((*self.container_path, "volumeMounts"), dict(mount))
+            self.edits.append((*self.container_path, "volumeMounts"), copy.deepcopy(dict(mount)))
             if self.explaining:
                 self.explanation.append(f"volumeMount {mount['name']} at {mount['mountPath']}")
 
@@ -376,6 +389,6 @@ class _Planner:
         tolerations = self.spec.get("tolerations") or []
         for toleration in inject.tolerations:
             if dict(toleration) not in tolerations:
-                self.edits.append(("spec", "tolerations"), dict(toleration))
+                self.edits.append(("spec", "tolerations"), copy.deepcopy(dict(toleration)))
                 if self.explaining:
                     self.explanation.append(f"toleration {dict(toleration)} (policy tolerations)")

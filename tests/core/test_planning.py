@@ -514,3 +514,15 @@ def test_validate_denies_direct_shared_resource_requests_where_the_policy_says_s
     assert validate(pod, "kube-system", bundled).allowed
     allowing = policies_from(simple_policy(directResourceRequests="allow"))
     assert validate(pod, "research", allowing).allowed
+
+
+def test_memoized_mode_changes_never_leak_into_planned_pods(mps_daemon_example: PolicySet) -> None:
+    """Editing one planned pod (as a caller may) must not change the next pod's plan."""
+    pod = make_pod({"gpu-fraction": "0.3"})
+    first, result = _admit(pod, "inference", mps_daemon_example)
+    first_patch = copy.deepcopy(first.patch)
+    result["spec"]["volumes"][-1]["hostPath"]["path"] = "/tampered"
+    result["spec"]["containers"][0]["volumeMounts"][-1]["mountPath"] = "/tampered"
+    second = mutate(copy.deepcopy(pod), "inference", mps_daemon_example)
+    assert second.patch == first_patch
+    assert "/tampered" not in json.dumps(second.patch)

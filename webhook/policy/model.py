@@ -210,8 +210,8 @@ class PolicySet:
         return {}
 
     @functools.cached_property
-    def mode_changes_cache(self) -> dict[tuple[int, str, int, float], Any]:
-        """Memo of what a mode adds for a placement: a pure function of policy and placement."""
+    def placement_cache(self) -> dict[tuple[str, int, str, int, float], Any]:
+        """Memo of values that are pure functions of a policy and a placement."""
         return {}
 
     @functools.cached_property
