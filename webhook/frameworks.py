@@ -40,7 +40,7 @@ def framework_fraction(policy: Policy, placement: Placement) -> float | str:
     share = math.floor((placement.fraction - headroom) * 1000 + 1e-9) / 1000
     if share <= 0:
         return (
-            f"a share of {format_fraction(placement.fraction)} leaves no memory once policy "
+            f"A share of {format_fraction(placement.fraction)} leaves no memory once policy "
             f"{policy.name!r} keeps its headroom for the CUDA context: ask for more."
         )
     return share

@@ -468,7 +468,7 @@ def test_framework_share_that_headroom_eats_is_refused() -> None:
     )
     outcome = _deny(make_pod({"gpu-fraction": "0.1"}), "x", policies)
     assert outcome.reasons == (
-        "a share of 0.1 leaves no memory once policy 'p' keeps its headroom for the CUDA context: "
+        "A share of 0.1 leaves no memory once policy 'p' keeps its headroom for the CUDA context: "
         "ask for more.",
     )
 
