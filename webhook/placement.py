@@ -90,7 +90,10 @@ def place(policy: Policy, request: GpuRequest) -> Placement | list[str]:
         candidates.append(Placement(pool, slots, fraction))
     if not candidates:
         return [_nothing_fits(policy, request)]
-    best = min(candidates, key=lambda c: c.granted)  # min keeps list order on ties
+    # A gpu-memory request is a different share in pools of different GPU memory: prefer
+    # the pools where it is within the policy's bounds, and report bounds only if none is.
+    within = [c for c in candidates if not _bounds_problems(policy, request, c)]
+    best = min(within or candidates, key=lambda c: c.granted)  # min keeps order on ties
     problems = _bounds_problems(policy, request, best) + _agreement_problems(request, best)
     return problems or best
 

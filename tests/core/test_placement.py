@@ -156,6 +156,20 @@ def test_gpu_memory_over_pools_of_different_memory_picks_the_least_granted() -> 
     assert _placed(policy, _memory(12288, "12Gi")).pool.name == "l4-half"
 
 
+def test_gpu_memory_prefers_a_pool_where_the_share_is_within_bounds() -> None:
+    """4Gi is 0.05 of an 80Gi GPU (below min 0.1) but 0.167 of a 24Gi one: the L4 pool serves."""
+    pools = [
+        {"name": "h100-eighth", "replicas": 8, "gpuMemory": "80Gi"},
+        {"name": "l4-quarter", "replicas": 4, "gpuMemory": "24Gi"},
+    ]
+    policy = _policy(mode="mps", pools=pools, fraction={"min": 0.1, "max": 0.5})
+    assert _placed(policy, _memory(4096, "4Gi")).pool.name == "l4-quarter"
+    # 2Gi is below min on both: refused, naming the share on the pool that would grant least.
+    (problem,) = _refused(policy, _memory(2048, "2Gi"))
+    assert problem.startswith('gpu-memory "2Gi" (0.025 of a GPU in pool \'h100-eighth\')')
+    assert "below the smallest share" in problem
+
+
 def test_gpu_memory_without_any_pool_memory_is_refused() -> None:
     assert _refused(_policy(), _memory(10240, "10Gi")) == [
         "gpu-memory \"10Gi\" cannot be served: policy 'p' does not declare the GPU memory of its "
