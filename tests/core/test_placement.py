@@ -166,7 +166,7 @@ def test_gpu_memory_prefers_a_pool_where_the_share_is_within_bounds() -> None:
     assert _placed(policy, _memory(4096, "4Gi")).pool.name == "l4-quarter"
     # 2Gi is below min on both: refused, naming the share on the pool that would grant least.
     (problem,) = _refused(policy, _memory(2048, "2Gi"))
-    assert problem.startswith('gpu-memory "2Gi" (0.025 of a GPU in pool \'h100-eighth\')')
+    assert problem.startswith("gpu-memory \"2Gi\" (0.025 of a GPU in pool 'h100-eighth')")
     assert "below the smallest share" in problem
 
 
