@@ -45,6 +45,14 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from webhook.certs import (
+    Issued,
+    certificate_pem,
+    create_ca,
+    issue_serving_certificate,
+    private_key_pem,
+)
+
 LOOPBACK = "127.0.0.1"
 LOG_TAIL_LINES = 60
 
@@ -116,7 +124,7 @@ def _write_pem(path: Path, data: bytes) -> Path:
     return path
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
+def _key_pem(key: rsa.RSAPrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
@@ -124,112 +132,59 @@ def _key_pem(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
     )
 
 
-def _cert(
-    subject: x509.Name,
-    public_key: ec.EllipticCurvePublicKey,
-    issuer: x509.Name,
-    issuer_key: ec.EllipticCurvePrivateKey,
-    *,
-    ca: bool,
-    extensions: Sequence[x509.ExtensionType] = (),
-) -> x509.Certificate:
+def _admin_client_certificate(ca: Issued) -> Issued:
+    """CN=admin, O=system:masters (bound to cluster-admin by the bootstrap RBAC policy).
+
+    The only certificate kind webhook.certs has no reason to issue: a TLS *client* cert.
+    """
+    key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
-    builder = (
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+            x509.NameAttribute(NameOID.COMMON_NAME, "admin"),
+        ]
+    )
+    certificate = (
         x509.CertificateBuilder()
         .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(public_key)
+        .issuer_name(ca.certificate.subject)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         # Backdated a little so a clock step between processes cannot make it "not yet valid".
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca.key, hashes.SHA256())
     )
-    if ca:
-        usage = x509.KeyUsage(
-            digital_signature=True,
-            content_commitment=False,
-            key_encipherment=False,
-            data_encipherment=False,
-            key_agreement=False,
-            key_cert_sign=True,
-            crl_sign=True,
-            encipher_only=False,
-            decipher_only=False,
-        )
-    else:
-        usage = x509.KeyUsage(
-            digital_signature=True,
-            content_commitment=False,
-            key_encipherment=True,
-            data_encipherment=False,
-            key_agreement=False,
-            key_cert_sign=False,
-            crl_sign=False,
-            encipher_only=False,
-            decipher_only=False,
-        )
-    builder = builder.add_extension(usage, critical=True)
-    for ext in extensions:
-        builder = builder.add_extension(ext, critical=False)
-    return builder.sign(issuer_key, hashes.SHA256())
+    return Issued(key, certificate)
 
 
 def generate_pki(directory: Path) -> Pki:
-    """Create a CA, an apiserver serving cert, an admin client cert and a service-account key."""
+    """Create a CA, an apiserver serving cert, an admin client cert and a service-account key.
+
+    CA and serving certificate come from webhook.certs, the code `gpushare certs` runs.
+    """
     directory.mkdir(parents=True, exist_ok=True)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpushare-e2e-ca")])
-    ca_cert = _cert(ca_name, ca_key.public_key(), ca_name, ca_key, ca=True)
-
-    serving_key = ec.generate_private_key(ec.SECP256R1())
-    serving_cert = _cert(
-        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]),
-        serving_key.public_key(),
-        ca_name,
-        ca_key,
-        ca=False,
-        extensions=[
-            x509.SubjectAlternativeName(
-                [
-                    x509.IPAddress(ipaddress.ip_address(LOOPBACK)),
-                    x509.DNSName("localhost"),
-                    # The in-cluster names, for clients that resolve the `kubernetes` service.
-                    x509.DNSName("kubernetes"),
-                    x509.DNSName("kubernetes.default.svc"),
-                    x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
-                ]
-            ),
-            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
-        ],
+    ca = create_ca("gpushare-e2e-ca", valid_days=1)
+    serving = issue_serving_certificate(
+        ca,
+        # localhost, plus the in-cluster names for clients that resolve `kubernetes`.
+        ["localhost", "kubernetes", "kubernetes.default.svc"],
+        [ipaddress.ip_address(LOOPBACK), ipaddress.ip_address("10.0.0.1")],
+        valid_days=1,
     )
-
-    # system:masters is bound to cluster-admin by the apiserver's bootstrap RBAC policy.
-    admin_key = ec.generate_private_key(ec.SECP256R1())
-    admin_cert = _cert(
-        x509.Name(
-            [
-                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
-                x509.NameAttribute(NameOID.COMMON_NAME, "admin"),
-            ]
-        ),
-        admin_key.public_key(),
-        ca_name,
-        ca_key,
-        ca=False,
-        extensions=[x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH])],
-    )
-
+    admin = _admin_client_certificate(ca)
     # The apiserver signs service-account tokens with RS256 by default.
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
-    pem = serialization.Encoding.PEM
     return Pki(
-        ca_cert=_write_pem(directory / "ca.crt", ca_cert.public_bytes(pem)),
-        serving_cert=_write_pem(directory / "apiserver.crt", serving_cert.public_bytes(pem)),
-        serving_key=_write_pem(directory / "apiserver.key", _key_pem(serving_key)),
-        admin_cert=_write_pem(directory / "admin.crt", admin_cert.public_bytes(pem)),
-        admin_key=_write_pem(directory / "admin.key", _key_pem(admin_key)),
+        ca_cert=_write_pem(directory / "ca.crt", certificate_pem(ca.certificate)),
+        serving_cert=_write_pem(directory / "apiserver.crt", certificate_pem(serving.certificate)),
+        serving_key=_write_pem(directory / "apiserver.key", private_key_pem(serving.key)),
+        admin_cert=_write_pem(directory / "admin.crt", certificate_pem(admin.certificate)),
+        admin_key=_write_pem(directory / "admin.key", private_key_pem(admin.key)),
         service_account_key=_write_pem(directory / "sa.key", _key_pem(sa_key)),
     )
 
