@@ -29,9 +29,6 @@ class ListEdits:
     append: list[Any] = field(default_factory=list)
 
 
-Node = "Tree | SetValue | ListEdits"
-
-
 class Tree(dict[Key, "Tree | SetValue | ListEdits"]):
     """A mapping from keys (dict keys or list indexes) to edits below them."""
 

@@ -52,7 +52,7 @@ def mutate(
         return Outcome(True, warnings=decision.warnings, decision=decision)
     if isinstance(decision, Denied):
         return _denied(decision)
-    patch = build_patch(dict(pod), decision.edits)
+    patch = build_patch(pod, decision.edits)
     return Outcome(True, patch, decision.warnings, policy=decision.policy.name, decision=decision)
 
 
@@ -78,7 +78,7 @@ def validate(pod: Mapping[str, Any], namespace: str, policies: PolicySet) -> Out
             return _denied(decision)
         if isinstance(decision, Untouched):
             return Outcome(True, decision=decision)
-        drift = build_patch(dict(pod), decision.edits)
+        drift = build_patch(pod, decision.edits)
         if drift and APPLIED_ANNOTATION not in annotations:
             return Outcome(
                 False,

@@ -7,6 +7,7 @@ parent is an error that the apiserver reports as a 500 even under failurePolicy 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from webhook.edits import ListEdits, PodEdits, SetValue, Tree
@@ -57,8 +58,10 @@ def _walk(original: Any, tree: Tree, pointer: str, ops: JsonPatch) -> None:
             _walk(current, node, path, ops)  # type: ignore[arg-type]
 
 
-def build_patch(original: dict[str, Any], edits: PodEdits) -> JsonPatch:
+def build_patch(original: Mapping[str, Any], edits: PodEdits) -> JsonPatch:
     """The smallest patch this module can express that turns ``original`` into the plan."""
     ops: JsonPatch = []
-    _walk(original, edits.root, "", ops)
+    # The walk checks for plain dicts (pods decoded from JSON); copy only other mappings.
+    root = original if type(original) is dict else dict(original)
+    _walk(root, edits.root, "", ops)
     return ops

@@ -8,6 +8,7 @@ new ``PolicySet`` comes back, or nothing does.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -467,8 +468,6 @@ def default_policies_path() -> Path:
     In order: $GPUSHARE_POLICIES; ./policies; the policies/ folder of the checkout this
     package lives in; /etc/gpushare/policies (the container image's copy).
     """
-    import os
-
     configured = os.environ.get("GPUSHARE_POLICIES")
     if configured:
         return Path(configured)

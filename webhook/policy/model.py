@@ -192,9 +192,6 @@ class PolicySet:
     excluded_namespaces: frozenset[str] = frozenset(DEFAULT_EXCLUDED_NAMESPACES)
     sources: tuple[str, ...] = ()
 
-    def by_name(self, name: str) -> Policy | None:
-        return next((p for p in self.policies if p.name == name), None)
-
     @functools.cached_property
     def shared_resource_names(self) -> frozenset[str]:
         return frozenset(p.resource_name for p in self.policies)
