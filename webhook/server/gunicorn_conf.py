@@ -4,7 +4,9 @@ Reads the ``GPUSHARE_*`` variables (``settings``) so ``gpushare serve`` and a co
 runs gunicorn directly serve identically. What matters here:
 
 - ``gthread`` workers: unlike ``sync`` they keep connections alive, which the apiserver
-  reuses; TLS handshakes per request would dominate the cost of an admission.
+  reuses; TLS handshakes per request would dominate the cost of an admission. The
+  ``BalancedThreadWorker`` subclass spreads those long-lived connections evenly over the
+  worker processes (see ``balanced_worker``).
 - ``ssl_context`` hook: gunicorn calls it for every accepted connection; the context comes
   from ``tls.ServingCertificate``, which enforces TLS 1.2+ and follows certificate files
   replaced on disk, so new connections get a new certificate without a restart.
@@ -36,7 +38,7 @@ _settings = ServeSettings.from_environ()
 
 bind = [_settings.bind]
 workers = _settings.workers
-worker_class = "gthread"
+worker_class = "webhook.server.balanced_worker.BalancedThreadWorker"
 threads = _settings.threads
 keepalive = _settings.keepalive_seconds
 graceful_timeout = _settings.graceful_timeout_seconds
@@ -70,6 +72,9 @@ def child_exit(server: Any, worker: Any) -> None:
     from webhook.server.metrics import mark_worker_dead
 
     mark_worker_dead(worker.pid)
+    release_slot = getattr(worker, "release_slot", None)
+    if release_slot is not None:  # BalancedThreadWorker: its connection-count slot
+        release_slot()
 
 
 def on_exit(server: Any) -> None:
