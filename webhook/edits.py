@@ -7,21 +7,25 @@ replaced); ``patch`` turns the tree into RFC 6902 operations against the origina
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 Key = str | int
 Path = tuple[Key, ...]
 
+# Plain slotted classes, not frozen dataclasses: a plan creates several per admission and a
+# frozen dataclass costs several times more to build.
 
-@dataclass(frozen=True)
+
+@dataclass(slots=True)
 class SetValue:
     """The value at this key must equal ``value`` (added, or replaced when different)."""
 
     value: Any
 
 
-@dataclass
+@dataclass(slots=True)
 class ListEdits:
     """Items replaced at existing indexes, then items appended at the end."""
 
@@ -29,43 +33,40 @@ class ListEdits:
     append: list[Any] = field(default_factory=list)
 
 
-class Tree(dict[Key, "Tree | SetValue | ListEdits"]):
-    """A mapping from keys (dict keys or list indexes) to edits below them."""
+# A mapping from keys (dict keys or list indexes) to edits below them: plain dicts, so the
+# walks in ``patch`` and ``render`` tell edits from subtrees by their type.
+Tree: TypeAlias = dict[Key, "Tree | SetValue | ListEdits"]
 
 
 class PodEdits:
     """Builder for the edit tree. Paths are tuples of keys from the pod's root."""
 
-    def __init__(self) -> None:
-        self.root = Tree()
-        # Subtrees by path: plans set many entries under the same few parents.
-        self._trees: dict[Path, Tree] = {(): self.root}
+    __slots__ = ("root",)
 
-    def _tree_at(self, path: Path) -> Tree:
-        tree = self._trees.get(path)
-        if tree is not None:
-            return tree
-        parent = self._tree_at(path[:-1])
-        child = parent.get(path[-1])
-        if child is None:
-            child = parent[path[-1]] = Tree()
-        if not isinstance(child, Tree):
-            raise ValueError(f"conflicting edits at {path!r}")
-        self._trees[path] = child
-        return child
+    def __init__(self) -> None:
+        self.root: Tree = {}
+
+    def _tree_at(self, parents: Sequence[Key]) -> Tree:
+        tree = self.root
+        for key in parents:
+            child = tree.get(key)
+            if child is None:
+                child = tree[key] = {}
+            elif type(child) is not dict:
+                raise ValueError(f"conflicting edits at {tuple(parents)!r}")
+            tree = child
+        return tree
 
     def set(self, path: Path, value: Any) -> None:
-        *parents, key = path
-        self._tree_at(tuple(parents))[key] = SetValue(value)
+        self._tree_at(path[:-1])[path[-1]] = SetValue(value)
 
     def _list_at(self, path: Path) -> ListEdits:
-        *parents, key = path
-        tree = self._tree_at(tuple(parents))
+        tree = self._tree_at(path[:-1])
+        key = path[-1]
         edits = tree.get(key)
         if edits is None:
-            edits = ListEdits()
-            tree[key] = edits
-        if not isinstance(edits, ListEdits):
+            edits = tree[key] = ListEdits()
+        elif type(edits) is not ListEdits:
             raise ValueError(f"conflicting edits at {path!r}")
         return edits
 

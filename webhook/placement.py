@@ -118,23 +118,26 @@ def _nothing_fits(policy: Policy, request: GpuRequest) -> str:
 
 
 def _bounds_problems(policy: Policy, request: GpuRequest, placement: Placement) -> list[str]:
-    asked = (
-        f'{FRACTION_ANNOTATION} "{request.fraction_text}"'
-        if request.fraction is not None
-        else f'{MEMORY_ANNOTATION} "{request.memory_text}" '
-        f"({format_fraction(placement.fraction)} of a GPU in pool {placement.pool.name!r})"
-    )
     if placement.fraction + _EPSILON < policy.min_fraction:
         return [
-            f"{asked} is below the smallest share policy {policy.name!r} allows "
-            f"({format_fraction(policy.min_fraction)}): ask for at least that much."
+            f"{_asked(request, placement)} is below the smallest share policy {policy.name!r} "
+            f"allows ({format_fraction(policy.min_fraction)}): ask for at least that much."
         ]
     if placement.fraction > policy.max_fraction + _EPSILON:
         return [
-            f"{asked} is above the largest share policy {policy.name!r} allows "
-            f"({format_fraction(policy.max_fraction)}): ask for less, or for whole GPUs."
+            f"{_asked(request, placement)} is above the largest share policy {policy.name!r} "
+            f"allows ({format_fraction(policy.max_fraction)}): ask for less, or for whole GPUs."
         ]
     return []
+
+
+def _asked(request: GpuRequest, placement: Placement) -> str:
+    if request.fraction is not None:
+        return f'{FRACTION_ANNOTATION} "{request.fraction_text}"'
+    return (
+        f'{MEMORY_ANNOTATION} "{request.memory_text}" '
+        f"({format_fraction(placement.fraction)} of a GPU in pool {placement.pool.name!r})"
+    )
 
 
 def _agreement_problems(request: GpuRequest, placement: Placement) -> list[str]:

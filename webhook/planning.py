@@ -128,9 +128,9 @@ def _container_index(spec: Mapping[str, Any], request: GpuRequest) -> int | str:
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
         return "The pod has no containers to give a GPU to."
-    names = [str(_mapping(c).get("name")) for c in containers]
     if request.container_name is None:
         return 0
+    names = [str(_mapping(c).get("name")) for c in containers]
     if request.container_name in names:
         return names.index(request.container_name)
     init_names = [str(_mapping(c).get("name")) for c in spec.get("initContainers") or ()]
@@ -183,7 +183,7 @@ class _Planner:
         if self.request.is_whole:
             record = self._whole_gpus()
         else:
-            placement = place(self.policy, self.request)
+            placement = self._placement()
             if isinstance(placement, list):
                 return Denied(tuple(placement), self.policy.name)
             record = self._shared(placement)
@@ -248,6 +248,19 @@ class _Planner:
             "slots": placement.slots,
         }
         return record
+
+    def _placement(self) -> Placement | list[str]:
+        """``place``, memoized: a pure function of policy and request (denials not kept)."""
+        key = ("place", id(self.policy), self.request)
+        cache = self.policies.placement_cache
+        placement: Placement | list[str] | None = cache.get(key)
+        if placement is None:
+            placement = place(self.policy, self.request)
+            if isinstance(placement, Placement):
+                if len(cache) >= _PLACEMENT_CACHE_LIMIT:
+                    cache.clear()
+                cache[key] = placement
+        return placement
 
     def _mode_changes(self, placement: Placement) -> ModeChanges:
         changes: ModeChanges = self._cached("mode", placement)
@@ -375,9 +388,20 @@ class _Planner:
             if self.explaining:
                 self.explanation.append(f"volumeMount {mount['name']} at {mount['mountPath']}")
 
+    def _inject_env_settings(self) -> tuple[EnvSetting, ...]:
+        key = ("inject-env", id(self.policy))
+        cache = self.policies.placement_cache
+        settings: tuple[EnvSetting, ...] | None = cache.get(key)
+        if settings is None:
+            env = self.policy.inject.env
+            settings = tuple(EnvSetting(n, v, derivation="policy inject.env") for n, v in env)
+            cache[key] = settings
+        return settings
+
     def _inject_policy_extras(self) -> None:
         inject = self.policy.inject
-        self._env([EnvSetting(n, v, derivation="policy inject.env") for n, v in inject.env])
+        if inject.env:
+            self._env(self._inject_env_settings())
         for key, value in inject.labels.items():
             self.edits.set(("metadata", "labels", key), value)
             if self.explaining:
@@ -389,6 +413,7 @@ class _Planner:
         tolerations = self.spec.get("tolerations") or []
         for toleration in inject.tolerations:
             if dict(toleration) not in tolerations:
-                self.edits.append(("spec", "tolerations"), copy.deepcopy(dict(toleration)))
+                # A copy per plan (planned pods must not share dicts); tolerations are flat.
+                self.edits.append(("spec", "tolerations"), dict(toleration))
                 if self.explaining:
                     self.explanation.append(f"toleration {dict(toleration)} (policy tolerations)")

@@ -207,8 +207,11 @@ class PolicySet:
         return {}
 
     @functools.cached_property
-    def placement_cache(self) -> dict[tuple[str, int, str, int, float], Any]:
-        """Memo of values that are pure functions of a policy and a placement."""
+    def placement_cache(self) -> dict[tuple[Any, ...], Any]:
+        """Memo of values that are pure functions of a policy and a request or placement.
+
+        Keys start with what is memoized ("place", "mode", ...) and the policy's ``id``;
+        the planner bounds its size."""
         return {}
 
     @functools.cached_property
