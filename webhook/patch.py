@@ -36,24 +36,27 @@ def _walk(original: Any, tree: Tree, pointer: str, ops: JsonPatch) -> None:
     # Hot path: plain type checks; pods come from JSON, so objects are dicts, arrays lists.
     is_dict = type(original) is dict
     for key, node in tree.items():
-        path = f"{pointer}/{escape_pointer_token(key)}"
+        if type(key) is str and "/" not in key and "~" not in key:
+            path = pointer + "/" + key
+        else:
+            path = pointer + "/" + escape_pointer_token(key)
         if is_dict:
             current = original.get(key)
         elif type(original) is list and type(key) is int and 0 <= key < len(original):
             current = original[key]
         else:
             current = None
-        exists = current is not None
         if type(node) is SetValue:
-            if not exists or current != node.value:
+            if current is None or current != node.value:
                 ops.append({"op": "add", "path": path, "value": node.value})
-        elif not exists:
+        elif current is None:
             ops.append({"op": "add", "path": path, "value": materialize(node)})
         elif type(node) is ListEdits:
             for index, item in sorted(node.replace.items()):
                 if current[index] != item:
                     ops.append({"op": "replace", "path": f"{path}/{index}", "value": item})
-            ops.extend({"op": "add", "path": f"{path}/-", "value": item} for item in node.append)
+            for item in node.append:
+                ops.append({"op": "add", "path": path + "/-", "value": item})
         else:
             _walk(current, node, path, ops)  # type: ignore[arg-type]
 

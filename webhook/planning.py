@@ -289,14 +289,12 @@ class _Planner:
         limits = _mapping(resources.get("limits"))
         for section in ("limits", "requests"):
             for key, value in _mapping(resources.get(section)).items():
+                if not is_gpu_resource(key, self.policies):
+                    continue
                 # The apiserver copies limits into missing requests before admission: one
                 # ask, one message, as for the manifest the user wrote.
                 repeated = section == "requests" and str(limits.get(key)) == str(value)
-                if (
-                    is_gpu_resource(key, self.policies)
-                    and (key != name or str(value) != str(count))
-                    and not repeated
-                ):
+                if (key != name or str(value) != str(count)) and not repeated:
                     self.problems.append(
                         f"container {self.container_name!r} already asks for {key}: {value} in "
                         f"resources.{section}; remove it and let the {FRACTION_ANNOTATION} "
