@@ -371,6 +371,9 @@ def test_sigterm_lets_in_flight_requests_finish(tmp_path: Path) -> None:
             assert head.startswith(b"HTTP/1.1 200"), received[:200]
             assert json.loads(body)["response"]["uid"] == f"in-flight-{index}"
         assert server.process.wait(timeout=30) == 0
+        # Admission lines are batched per worker; a graceful stop writes them all.
+        for index in range(len(payloads)):
+            assert server.log().count(f'"uid":"in-flight-{index}"') == 1, server.log()
 
 
 # -- the container's entrypoint --------------------------------------------------------------

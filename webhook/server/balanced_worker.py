@@ -36,6 +36,8 @@ from typing import Any
 
 from gunicorn.workers.gthread import ThreadWorker
 
+from webhook.server.json_logs import LineBatcher, enable_batching
+
 HEAD_START_SECONDS = 0.05
 # While holding back, look again this often: the counts that made us hold may have been
 # stale (another worker's accept not yet published).
@@ -100,6 +102,7 @@ class BalancedThreadWorker(ThreadWorker):  # type: ignore[misc]
     """``gthread`` with connections spread evenly over the worker processes (see module)."""
 
     table: ConnectionTable | None = None  # created in the arbiter, inherited by every fork
+    _log_lines: LineBatcher  # set when the accept loop starts
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -116,7 +119,12 @@ class BalancedThreadWorker(ThreadWorker):  # type: ignore[misc]
         if self.table is not None and self.slot is not None:
             self.table.occupy(self.slot, os.getpid())
         self.log.info("Worker %s accepting connections (balance slot %s)", os.getpid(), self.slot)
-        super().run()
+        # This loop writes the batched admission log lines (see json_logs).
+        self._log_lines = enable_batching()
+        try:
+            super().run()
+        finally:
+            self._log_lines.flush()
 
     def release_slot(self) -> None:
         """Free this worker's slot (arbiter, from the ``child_exit`` hook)."""
@@ -189,6 +197,10 @@ class BalancedThreadWorker(ThreadWorker):  # type: ignore[misc]
 
     def wait_for_and_dispatch_events(self, timeout: float) -> None:
         self._publish()  # connections closed since the last loop
+        self._log_lines.flush(due_only=True)
+        log_due = self._log_lines.seconds_until_due()
+        if log_due is not None:
+            timeout = min(timeout, log_due)
         if self._hold_until is not None:
             now = time.monotonic()
             if now >= self._hold_until:

@@ -9,6 +9,14 @@ for, several times what the rest of the webhook adds to a request. ``AdmissionLo
 asks the ``gpushare.admission`` logger whether INFO is enabled (so the configured level
 rules) and writes the same JSON shape with one ``write`` call, which is atomic on a pipe for
 lines under PIPE_BUF (4 KiB), so lines from several threads and workers never interleave.
+
+Under gunicorn the worker turns on batching (``enable_batching``): lines are collected and
+written together, up to PIPE_BUF bytes per ``write``, and the worker's loop writes whatever
+is older than ``BATCH_MAX_AGE_SECONDS``. A ``write`` per admission cost about 35 us of
+worker CPU in the benchmark (a syscall that hands the GIL to another thread each time),
+against 3 us for the line itself. What a batch costs: a line reaches stderr up to
+``BATCH_MAX_AGE_SECONDS`` late, and a worker killed with SIGKILL loses its unwritten lines
+(at most one batch); a graceful stop writes them.
 """
 
 from __future__ import annotations
@@ -16,8 +24,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import select
+import threading
 import time
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 import orjson
 
@@ -105,8 +115,68 @@ class _UtcClock:
         return cached[1] + _MILLISECONDS[int((now - second) * 1000)]
 
 
+PIPE_BUF = getattr(select, "PIPE_BUF", 4096)
+BATCH_MAX_AGE_SECONDS = 0.2
+
+
+class LineBatcher:
+    """Lines collected for one file descriptor, written in order, PIPE_BUF bytes at most per
+    ``write`` so batches from several workers never interleave mid-line on a pipe."""
+
+    def __init__(self, fd: int, max_age: float = BATCH_MAX_AGE_SECONDS) -> None:
+        self._fd = fd
+        self.max_age = max_age
+        self._lines: list[bytes] = []
+        self._size = 0
+        self._oldest = 0.0
+        # Held across the write so batches leave in the order their lines came.
+        self._lock = threading.Lock()
+
+    def add(self, line: bytes) -> None:
+        with self._lock:
+            if self._size + len(line) > PIPE_BUF:
+                self._write_locked()
+            if len(line) >= PIPE_BUF:
+                os.write(self._fd, line)
+                return
+            if not self._lines:
+                self._oldest = time.monotonic()
+            self._lines.append(line)
+            self._size += len(line)
+
+    def seconds_until_due(self) -> float | None:
+        """How long the oldest pending line may still wait; None when nothing is pending."""
+        if not self._lines:
+            return None
+        return max(0.0, self._oldest + self.max_age - time.monotonic())
+
+    def flush(self, *, due_only: bool = False) -> None:
+        """Write pending lines (with ``due_only``, only once the oldest is ``max_age`` old)."""
+        if not self._lines:
+            return
+        with self._lock:
+            if self._lines and not (due_only and self.seconds_until_due()):
+                self._write_locked()
+
+    def _write_locked(self) -> None:
+        if self._lines:
+            batch = b"".join(self._lines)
+            self._lines, self._size = [], 0
+            os.write(self._fd, batch)
+
+
+def enable_batching(max_age: float = BATCH_MAX_AGE_SECONDS) -> LineBatcher:
+    """Batch this process's admission lines to stderr; the caller must ``flush`` them."""
+    if AdmissionLog.stderr_batcher is None:
+        AdmissionLog.stderr_batcher = LineBatcher(STDERR_FD, max_age)
+    return AdmissionLog.stderr_batcher
+
+
 class AdmissionLog:
     """Writes the admission lines; to stderr unless given a binary stream (tests)."""
+
+    # Set once per worker process by ``enable_batching``.
+    stderr_batcher: ClassVar[LineBatcher | None] = None
 
     def __init__(self, stream: IO[bytes] | None = None) -> None:
         self._logger = logging.getLogger(ADMISSION_LOGGER)
@@ -133,10 +203,12 @@ class AdmissionLog:
     def emit(self, entry: dict[str, Any]) -> None:
         """Write ``entry`` (from ``entry``) as one JSON line, with a single write."""
         line = orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE)
-        if self._stream is None:
-            os.write(STDERR_FD, line)
-        else:
+        if self._stream is not None:
             self._stream.write(line)
+        elif self.stderr_batcher is not None:
+            self.stderr_batcher.add(line)
+        else:
+            os.write(STDERR_FD, line)
 
     def write(self, level: int, message: str, fields: dict[str, Any]) -> None:
         entry = self.entry(level, message)
