@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import typing
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -60,6 +61,7 @@ REPO = Path(__file__).resolve().parents[2]
 GPUSHARE = (sys.executable, "-m", "webhook.cli")
 CLI_TIMEOUT_S = 60.0
 SERVER_START_TIMEOUT_S = 60.0
+ADMISSION_LOG_DEADLINE_SECONDS = 5.0
 
 APPLIED_ANNOTATION = "gpushare.io/applied"
 FRACTION_ANNOTATION = "gpu-fraction"
@@ -334,7 +336,25 @@ class WebhookServer:
     def admissions(
         self, namespace: str | None = None, pod: str | None = None
     ) -> list[dict[str, Any]]:
-        """The JSON admission log lines (one per request answered), optionally filtered."""
+        """The JSON admission log lines (one per request answered), optionally filtered.
+
+        Workers write these lines in batches, up to 0.2 s late: first wait until there are
+        as many as /metrics has counted admissions (both are recorded for every request).
+        """
+        answered = sum(self.admission_counts().values())
+        deadline = time.monotonic() + ADMISSION_LOG_DEADLINE_SECONDS
+        entries = self._admission_lines()
+        while len(entries) < answered and time.monotonic() < deadline:
+            time.sleep(0.05)
+            entries = self._admission_lines()
+        return [
+            entry
+            for entry in entries
+            if (namespace is None or entry.get("namespace") == namespace)
+            and (pod is None or entry.get("pod") == pod)
+        ]
+
+    def _admission_lines(self) -> list[dict[str, Any]]:
         entries = []
         for line in self.log_path.read_text(errors="replace").splitlines():
             if not line.startswith("{"):
@@ -343,13 +363,8 @@ class WebhookServer:
                 entry = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if entry.get("message") != "admission":
-                continue
-            if namespace is not None and entry.get("namespace") != namespace:
-                continue
-            if pod is not None and entry.get("pod") != pod:
-                continue
-            entries.append(entry)
+            if entry.get("message") == "admission":
+                entries.append(entry)
         return entries
 
     def log_tail(self, lines: int = 40) -> str:
