@@ -9,10 +9,10 @@ under ``reinvocationPolicy: IfNeeded``.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -52,6 +52,7 @@ KNOWN_GPU_RESOURCES = frozenset(
 _WARNED_WHEN_OVERWRITTEN = frozenset((*MPS_LIMIT_VARS, PIPE_DIRECTORY_VAR))
 
 _PLACEMENT_CACHE_LIMIT = 4096
+_T = TypeVar("_T")
 
 # status.code of a denial: the annotations cannot be read (422) or break policy (403).
 UNPROCESSABLE = 422
@@ -249,18 +250,34 @@ class _Planner:
         }
         return record
 
-    def _placement(self) -> Placement | list[str]:
-        """``place``, memoized: a pure function of policy and request (denials not kept)."""
-        key = ("place", id(self.policy), self.request)
+    def _memo(
+        self,
+        key: tuple[Any, ...],
+        compute: Callable[[], _T],
+        keep: Callable[[_T], bool] | None = None,
+    ) -> _T:
+        """``compute()``, a pure function of ``key``, memoized on the policy set (bounded).
+
+        Keys start with what is memoized and the policy's ``id``; values ``keep`` refuses
+        (denials) are computed every time.
+        """
         cache = self.policies.placement_cache
-        placement: Placement | list[str] | None = cache.get(key)
-        if placement is None:
-            placement = place(self.policy, self.request)
-            if isinstance(placement, Placement):
+        value: _T | None = cache.get(key)
+        if value is None:
+            value = compute()
+            if keep is None or keep(value):
                 if len(cache) >= _PLACEMENT_CACHE_LIMIT:
                     cache.clear()
-                cache[key] = placement
-        return placement
+                cache[key] = value
+        return value
+
+    def _placement(self) -> Placement | list[str]:
+        """``place``: a pure function of policy and request."""
+        return self._memo(
+            ("place", id(self.policy), self.request),
+            lambda: place(self.policy, self.request),
+            keep=lambda placement: isinstance(placement, Placement),
+        )
 
     def _mode_changes(self, placement: Placement) -> ModeChanges:
         changes: ModeChanges = self._cached("mode", placement)
@@ -269,17 +286,9 @@ class _Planner:
     def _cached(self, what: str, placement: Placement) -> Any:
         """Mode changes and fixed framework env: pure functions of policy and placement."""
         key = (what, id(self.policy), placement.pool.name, placement.slots, placement.fraction)
-        cache = self.policies.placement_cache
-        value = cache.get(key)
-        if value is None:
-            if len(cache) >= _PLACEMENT_CACHE_LIMIT:
-                cache.clear()
-            if what == "mode":
-                value = MODES[self.policy.mode].changes(self.policy, placement)
-            else:
-                value = fixed_framework_env(self.policy, placement)
-            cache[key] = value
-        return value
+        if what == "mode":
+            return self._memo(key, lambda: MODES[self.policy.mode].changes(self.policy, placement))
+        return self._memo(key, lambda: fixed_framework_env(self.policy, placement))
 
     # -- pieces of the pod ----------------------------------------------------------------
 
@@ -387,14 +396,13 @@ class _Planner:
                 self.explanation.append(f"volumeMount {mount['name']} at {mount['mountPath']}")
 
     def _inject_env_settings(self) -> tuple[EnvSetting, ...]:
-        key = ("inject-env", id(self.policy))
-        cache = self.policies.placement_cache
-        settings: tuple[EnvSetting, ...] | None = cache.get(key)
-        if settings is None:
-            env = self.policy.inject.env
-            settings = tuple(EnvSetting(n, v, derivation="policy inject.env") for n, v in env)
-            cache[key] = settings
-        return settings
+        return self._memo(
+            ("inject-env", id(self.policy)),
+            lambda: tuple(
+                EnvSetting(name, value, derivation="policy inject.env")
+                for name, value in self.policy.inject.env
+            ),
+        )
 
     def _inject_policy_extras(self) -> None:
         inject = self.policy.inject
