@@ -51,10 +51,10 @@ def test_nothing_is_written_before_the_batch_is_due(pipe: tuple[int, int]) -> No
     read_end, write_end = pipe
     batcher = LineBatcher(write_end, max_age=60)
     batcher.add(line(1))
-    batcher.flush(due_only=True)
+    remaining = batcher.flush_due()
     assert drain(read_end) == b""
-    remaining = batcher.seconds_until_due()
     assert remaining is not None and 59 < remaining <= 60
+    assert batcher.seconds_until_due() == pytest.approx(remaining, abs=1)
     batcher.flush()
     assert drain(read_end) == line(1)
     assert batcher.seconds_until_due() is None
@@ -66,7 +66,7 @@ def test_a_due_batch_is_written_by_the_loop(pipe: tuple[int, int]) -> None:
     batcher.add(line(1))
     time.sleep(0.06)
     assert batcher.seconds_until_due() == 0.0
-    batcher.flush(due_only=True)
+    assert batcher.flush_due() is None
     assert drain(read_end) == line(1)
 
 

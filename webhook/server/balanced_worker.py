@@ -197,8 +197,7 @@ class BalancedThreadWorker(ThreadWorker):  # type: ignore[misc]
 
     def wait_for_and_dispatch_events(self, timeout: float) -> None:
         self._publish()  # connections closed since the last loop
-        self._log_lines.flush(due_only=True)
-        log_due = self._log_lines.seconds_until_due()
+        log_due = self._log_lines.flush_due()
         if log_due is not None:
             timeout = min(timeout, log_due)
         if self._hold_until is not None:

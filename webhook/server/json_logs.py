@@ -150,13 +150,20 @@ class LineBatcher:
             return None
         return max(0.0, self._oldest + self.max_age - time.monotonic())
 
-    def flush(self, *, due_only: bool = False) -> None:
-        """Write pending lines (with ``due_only``, only once the oldest is ``max_age`` old)."""
-        if not self._lines:
-            return
-        with self._lock:
-            if self._lines and not (due_only and self.seconds_until_due()):
+    def flush(self) -> None:
+        """Write all pending lines now."""
+        if self._lines:
+            with self._lock:
                 self._write_locked()
+
+    def flush_due(self) -> float | None:
+        """Write the pending lines once the oldest is ``max_age`` old; then how long until
+        the next write is due (None when nothing is pending), for the caller's next wait."""
+        wait = self.seconds_until_due()
+        if wait == 0.0:
+            self.flush()
+            return None
+        return wait
 
     def _write_locked(self) -> None:
         if self._lines:
