@@ -47,7 +47,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from webhook.certs import write_certificates  # noqa: E402
+from webhook.install.certs import write_certificates  # noqa: E402
 from webhook.server.settings import ServeSettings  # noqa: E402
 
 SERVICE_APP = "webhook.server.wsgi:app"

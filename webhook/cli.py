@@ -15,13 +15,13 @@ from typing import Any
 
 import yaml
 
+from webhook.core.mutation import Outcome, mutate, mutated_pod
+from webhook.core.planning import Denied, Planned, Untouched
+from webhook.core.policy import load_policies
+from webhook.core.policy.loader import default_policies_path
+from webhook.core.policy.schema import document_schema
 from webhook.errors import GpushareError, ManifestError, PolicyError
 from webhook.manifest import read_pod
-from webhook.mutation import Outcome, mutate, mutated_pod
-from webhook.planning import Denied, Planned, Untouched
-from webhook.policy import load_policies
-from webhook.policy.loader import default_policies_path
-from webhook.policy.schema import document_schema
 
 EXIT_OK = 0
 EXIT_USAGE = 2

@@ -1,7 +1,7 @@
 """The project's error hierarchy: every error a user can cause says what is wrong and how to fix it.
 
 Policy violations of a *pod* are not exceptions: they are ``Denied`` decisions (see
-``webhook.planning``). Exceptions here are for bad configuration and bad input files.
+``webhook.core.planning``). Exceptions here are for bad configuration and bad input files.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.policy.loader import load_policies
-from webhook.policy.model import PolicySet
+from webhook.core.policy.loader import load_policies
+from webhook.core.policy.model import PolicySet
 
 from .support import MPS_DAEMON_EXAMPLE, MPS_EXAMPLE, load_all_examples, load_bundled
 

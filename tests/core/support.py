@@ -15,8 +15,8 @@ import kubernetes_validate
 import kubernetes_validate.utils
 import yaml
 
-from webhook.policy.loader import load_policies, load_policy_texts
-from webhook.policy.model import API_VERSION, POLICY_KIND, PolicySet
+from webhook.core.policy.loader import load_policies, load_policy_texts
+from webhook.core.policy.model import API_VERSION, POLICY_KIND, PolicySet
 
 # kubernetes_validate.validate() re-reads the version's 5 MB _definitions.json on every call
 # (about 12 ms); the schema files never change, so read each once. validate() looks the

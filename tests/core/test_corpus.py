@@ -21,10 +21,10 @@ import pytest
 import yaml
 
 from webhook import cli
-from webhook.mutation import mutate, mutated_pod
-from webhook.planning import APPLIED_ANNOTATION, Planned
-from webhook.policy.loader import load_policies
-from webhook.policy.model import PolicySet
+from webhook.core.mutation import mutate, mutated_pod
+from webhook.core.planning import APPLIED_ANNOTATION, Planned
+from webhook.core.policy.loader import load_policies
+from webhook.core.policy.model import PolicySet
 
 from .support import (
     CORPUS_DIR,

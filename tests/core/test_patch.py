@@ -8,10 +8,10 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from webhook.edits import PodEdits
-from webhook.mutation import mutate, mutated_pod
-from webhook.patch import build_patch, escape_pointer_token
-from webhook.render import render
+from webhook.core.edits import PodEdits
+from webhook.core.mutation import mutate, mutated_pod
+from webhook.core.patch import build_patch, escape_pointer_token
+from webhook.core.render import render
 
 from .support import make_pod
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from webhook.placement import Placement, format_fraction, place
-from webhook.policy.model import Policy
-from webhook.request import GpuRequest
+from webhook.core.placement import Placement, format_fraction, place
+from webhook.core.policy.model import Policy
+from webhook.core.request import GpuRequest
 
 from .support import policies_from, simple_policy
 

@@ -9,9 +9,9 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from webhook.mutation import Outcome, mutate, mutated_pod, validate
-from webhook.planning import APPLIED_ANNOTATION, Denied, Planned, Untouched, plan_pod
-from webhook.policy.model import PolicySet
+from webhook.core.mutation import Outcome, mutate, mutated_pod, validate
+from webhook.core.planning import APPLIED_ANNOTATION, Denied, Planned, Untouched, plan_pod
+from webhook.core.policy.model import PolicySet
 
 from .support import (
     assert_valid_kubernetes_pod,

@@ -12,13 +12,13 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from webhook import cli
-from webhook.errors import PolicyError
-from webhook.policy.loader import load_policies, load_policy_text, load_policy_texts
-from webhook.policy.model import (
+from webhook.core.policy.loader import load_policies, load_policy_text, load_policy_texts
+from webhook.core.policy.model import (
     Allocation,
     DirectRequests,
     Mode,
 )
+from webhook.errors import PolicyError
 
 from .support import MPS_DAEMON_EXAMPLE, MPS_EXAMPLE, POLICIES_DIR, run_cli
 

@@ -21,12 +21,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.modes.mps import PINNED_MEMORY_VAR, THREAD_PERCENTAGE_VAR
-from webhook.modes.mps_daemon import PIPE_DIRECTORY_VAR
-from webhook.mutation import mutate, mutated_pod, validate
-from webhook.planning import APPLIED_ANNOTATION, Planned
-from webhook.policy.loader import load_policy_texts
-from webhook.policy.model import Mode, Policy, PolicySet
+from webhook.core.modes.mps import PINNED_MEMORY_VAR, THREAD_PERCENTAGE_VAR
+from webhook.core.modes.mps_daemon import PIPE_DIRECTORY_VAR
+from webhook.core.mutation import mutate, mutated_pod, validate
+from webhook.core.planning import APPLIED_ANNOTATION, Planned
+from webhook.core.policy.loader import load_policy_texts
+from webhook.core.policy.model import Mode, Policy, PolicySet
 
 from .support import (
     MPS_DAEMON_EXAMPLE,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.quantity import parse_memory_mib
-from webhook.request import GpuRequest, RequestProblem, has_gpu_request, read_request
+from webhook.core.quantity import parse_memory_mib
+from webhook.core.request import GpuRequest, RequestProblem, has_gpu_request, read_request
 
 ACCEPTED = (
     'use a decimal between 0 and 1 such as "0.5" for a share of one GPU, '

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
+from webhook.core.policy.loader import load_policies
+from webhook.core.policy.model import Allocation, Mode, Policy, PolicySet, Pool
 from webhook.node.device_plugin_config import build_configs, config_map, guidance
 from webhook.node.errors import DevicePluginConfigError
-from webhook.policy.loader import load_policies
-from webhook.policy.model import Allocation, Mode, Policy, PolicySet, Pool
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

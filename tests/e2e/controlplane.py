@@ -45,7 +45,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from webhook.certs import (
+from webhook.install.certs import (
     Issued,
     certificate_pem,
     create_ca,
@@ -135,7 +135,7 @@ def _key_pem(key: rsa.RSAPrivateKey) -> bytes:
 def _admin_client_certificate(ca: Issued) -> Issued:
     """CN=admin, O=system:masters (bound to cluster-admin by the bootstrap RBAC policy).
 
-    The only certificate kind webhook.certs has no reason to issue: a TLS *client* cert.
+    The only certificate kind webhook.install.certs has no reason to issue: a TLS *client* cert.
     """
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
@@ -164,7 +164,7 @@ def _admin_client_certificate(ca: Issued) -> Issued:
 def generate_pki(directory: Path) -> Pki:
     """Create a CA, an apiserver serving cert, an admin client cert and a service-account key.
 
-    CA and serving certificate come from webhook.certs, the code `gpushare certs` runs.
+    CA and serving certificate come from webhook.install.certs, the code `gpushare certs` runs.
     """
     directory.mkdir(parents=True, exist_ok=True)
     ca = create_ca("gpushare-e2e-ca", valid_days=1)

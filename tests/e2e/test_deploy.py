@@ -31,7 +31,7 @@ from controlplane import ControlPlane, as_json
 from kubernetes import client as k8s
 from webhookserver import Registration, gpushare, webhook_configuration
 
-from webhook.certs import service_dns_names
+from webhook.install.certs import service_dns_names
 from webhook.server.settings import ServeSettings
 
 DEPLOY = REPO / "deploy"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from node_fakes import FakeMps, fake_state, pid_gone, wait_until
 
+from webhook.core.policy.model import Allocation, Mode, MpsSettings, Policy, Pool
 from webhook.node.errors import MpsControlError, NodeSetupError
 from webhook.node.mps_control import (
     MpsControl,
@@ -19,7 +20,6 @@ from webhook.node.mps_control import (
 )
 from webhook.node.nvml import GpuDevice
 from webhook.node.pools import PoolRef
-from webhook.policy.model import Allocation, Mode, MpsSettings, Policy, Pool
 
 
 def gpu(index: int, memory_mib: int = 81920) -> GpuDevice:

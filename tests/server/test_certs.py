@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from cryptography.x509.verification import PolicyBuilder, Store
 
-from webhook.certs import (
+from webhook.install.certs import (
     CertificateError,
     CertificateFiles,
     ensure_local_certificates,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.certs import (
+from webhook.install.certs import (
     CertificateFiles,
     create_ca,
     issue_serving_certificate,
@@ -233,7 +233,7 @@ def new_pair_in(directory: Path) -> CertificateFiles:
 def der_of(files: CertificateFiles) -> bytes:
     from cryptography.hazmat.primitives.serialization import Encoding
 
-    from webhook.certs import load_certificate
+    from webhook.install.certs import load_certificate
 
     return load_certificate(files.serving_cert).public_bytes(Encoding.DER)
 

@@ -7,7 +7,7 @@ import shutil
 import ssl
 from pathlib import Path
 
-from webhook.certs import (
+from webhook.install.certs import (
     CertificateFiles,
     create_ca,
     issue_serving_certificate,

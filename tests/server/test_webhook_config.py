@@ -11,9 +11,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from webhook.certs import write_certificates
 from webhook.cli import main
-from webhook.webhook_config import (
+from webhook.install.certs import write_certificates
+from webhook.install.webhook_config import (
     ServiceTarget,
     UrlTarget,
     WebhookConfigError,

@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from webhook.core.policy.model import Allocation
 from webhook.errors import GpushareError, PolicyError
 from webhook.node import events
 from webhook.node.device_plugin_config import (
@@ -38,7 +39,6 @@ from webhook.node.nvml import FakeNvml, GpuDevice, Nvml, PynvmlNvml, discover_gp
 from webhook.node.pools import DEVICE_PLUGIN_CONFIG_LABEL, PoolRef, find_daemon_pool
 from webhook.node.status_server import LauncherMetrics, StatusServer
 from webhook.node.supervisor import MpsSupervisor, SupervisorSettings
-from webhook.policy.model import Allocation
 
 DEFAULT_LISTEN = "0.0.0.0:9400"
 EXIT_ERROR = 1
@@ -179,7 +179,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _prepare(args: argparse.Namespace) -> tuple[MpsSupervisor, StatusServer]:
-    from webhook.policy.loader import load_policies
+    from webhook.core.policy.loader import load_policies
 
     host, port = parse_listen(args.listen)
     try:
@@ -300,8 +300,8 @@ def run_device_plugin_config(args: argparse.Namespace) -> int:
     """Entry point of ``gpushare device-plugin-config``."""
     import yaml
 
+    from webhook.core.policy.loader import load_policies
     from webhook.node.errors import DevicePluginConfigError
-    from webhook.policy.loader import load_policies
 
     try:
         policies = load_policies(args.policies)

@@ -26,9 +26,9 @@ from typing import Any
 
 import yaml
 
+from webhook.core.policy.model import Allocation, Mode, PolicySet
 from webhook.node.errors import DevicePluginConfigError
 from webhook.node.pools import DEVICE_PLUGIN_CONFIG_LABEL, PoolRef, pool_conflicts, pool_refs
-from webhook.policy.model import Allocation, Mode, PolicySet
 
 DEFAULT_CONFIGMAP_NAME = "gpushare-device-plugin-configs"
 DEFAULT_NAMESPACE = "gpu-operator"

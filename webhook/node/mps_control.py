@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from webhook.core.policy.model import Allocation
 from webhook.node.errors import MpsControlError, NodeSetupError
 from webhook.node.nvml import GpuDevice
 from webhook.node.pools import PoolRef
-from webhook.policy.model import Allocation
 
 DEFAULT_CONTROL_BINARY = "nvidia-cuda-mps-control"
 PID_FILE_NAME = "nvidia-cuda-mps-control.pid"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from webhook.core.policy.model import Mode, Policy, PolicySet, Pool
 from webhook.node.errors import NodeSetupError
-from webhook.policy.model import Mode, Policy, PolicySet, Pool
 
 # kubectl label node <node> nvidia.com/device-plugin.config=<name> selects a named config of
 # the GPU Operator's devicePlugin.config ConfigMap (GPU Operator docs, "Time-Slicing GPUs").

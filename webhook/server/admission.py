@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from webhook.mutation import Outcome as CoreOutcome
-from webhook.mutation import mutate, validate
-from webhook.policy import PolicySet
+from webhook.core.mutation import Outcome as CoreOutcome
+from webhook.core.mutation import mutate, validate
+from webhook.core.policy import PolicySet
 from webhook.server.pod_shape import pod_shape_problem
 from webhook.server.policy_store import PolicyStore
 from webhook.server.review import (

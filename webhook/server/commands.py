@@ -2,7 +2,7 @@
 
 ``add_server_commands`` plugs them into the CLI's argparse subparsers; each sets
 ``func(args) -> int``. Parsing and printing only: the work is in ``serve``,
-``webhook.certs`` and ``webhook.webhook_config``.
+``webhook.install.certs`` and ``webhook.install.webhook_config``.
 """
 
 from __future__ import annotations
@@ -12,22 +12,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from webhook.certs import (
+from webhook.errors import GpushareError, PolicyError
+from webhook.install.certs import (
     CertificateError,
     parse_ip_addresses,
     service_dns_names,
     write_certificates,
 )
-from webhook.errors import GpushareError, PolicyError
-from webhook.server import settings as serve_defaults
-from webhook.server.serve import (
-    ServeError,
-    ServeRequest,
-    exec_gunicorn,
-    prepare,
-    startup_message,
-)
-from webhook.webhook_config import (
+from webhook.install.webhook_config import (
     DEFAULT_SHARED_RESOURCES,
     DEFAULT_TIMEOUT_SECONDS,
     FAILURE_POLICIES,
@@ -36,6 +28,14 @@ from webhook.webhook_config import (
     WebhookSettings,
     render_yaml,
     webhook_configurations,
+)
+from webhook.server import settings as serve_defaults
+from webhook.server.serve import (
+    ServeError,
+    ServeRequest,
+    exec_gunicorn,
+    prepare,
+    startup_message,
 )
 
 EXIT_USAGE = 2
@@ -252,7 +252,7 @@ def run_webhook_config(args: argparse.Namespace) -> int:
     shared = list(args.shared_resource)
     excluded = list(args.exclude_namespace)
     if args.policies is not None:
-        from webhook.policy import load_policies
+        from webhook.core.policy import load_policies
 
         try:
             policies = load_policies(args.policies)

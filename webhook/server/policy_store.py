@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from webhook.core.policy import PolicySet, load_policies
+from webhook.core.policy.loader import POLICY_SUFFIXES, load_policy_texts
 from webhook.errors import PolicyError
-from webhook.policy import PolicySet, load_policies
-from webhook.policy.loader import POLICY_SUFFIXES, load_policy_texts
 
 log = logging.getLogger("gpushare.policies")
 

@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from webhook.certs import CertificateError, CertificateFiles, ensure_local_certificates
+from webhook.core.policy import load_policies
+from webhook.core.policy.loader import default_policies_path
 from webhook.errors import GpushareError, PolicyError
-from webhook.policy import load_policies
-from webhook.policy.loader import default_policies_path
+from webhook.install.certs import CertificateError, CertificateFiles, ensure_local_certificates
 from webhook.server.settings import ServeSettings
 from webhook.server.tls import build_server_context
 

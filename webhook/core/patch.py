@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.edits import ListEdits, PodEdits, SetValue, Tree
+from webhook.core.edits import ListEdits, PodEdits, SetValue, Tree
 
 JsonPatch = list[dict[str, Any]]
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from webhook.policy.model import Policy, PolicySet
+from webhook.core.policy.model import Policy, PolicySet
 
 
 @dataclass(frozen=True)

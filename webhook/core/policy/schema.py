@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.policy.model import API_VERSION, POLICY_KIND, SETTINGS_KIND
+from webhook.core.policy.model import API_VERSION, POLICY_KIND, SETTINGS_KIND
 
 _NAME = {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "maxLength": 63}
 _LABEL_MAP = {"type": "object", "additionalProperties": {"type": "string"}}

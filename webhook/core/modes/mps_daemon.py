@@ -5,11 +5,11 @@ directory and carry the client limits itself.
 
 from __future__ import annotations
 
-from webhook.modes.base import EnvSetting, ModeChanges
-from webhook.modes.mps import mps_limits
-from webhook.modes.time_slicing import pool_selector
-from webhook.placement import Placement
-from webhook.policy.model import Mode, Policy, frozen_map
+from webhook.core.modes.base import EnvSetting, ModeChanges
+from webhook.core.modes.mps import mps_limits
+from webhook.core.modes.time_slicing import pool_selector
+from webhook.core.placement import Placement
+from webhook.core.policy.model import Mode, Policy, frozen_map
 
 PIPE_DIRECTORY_VAR = "CUDA_MPS_PIPE_DIRECTORY"
 PIPE_VOLUME = "gpushare-mps-pipe"

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 
-from webhook.modes.base import EnvSetting, ModeChanges
-from webhook.modes.time_slicing import pool_selector
-from webhook.placement import Placement, format_fraction
-from webhook.policy.model import Mode, Policy, frozen_map
+from webhook.core.modes.base import EnvSetting, ModeChanges
+from webhook.core.modes.time_slicing import pool_selector
+from webhook.core.placement import Placement, format_fraction
+from webhook.core.policy.model import Mode, Policy, frozen_map
 
 THREAD_PERCENTAGE_VAR = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 PINNED_MEMORY_VAR = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
-from webhook.quantity import ACCEPTED_FORMS, parse_memory_mib
+from webhook.core.quantity import ACCEPTED_FORMS, parse_memory_mib
 
 FRACTION_ANNOTATION = "gpu-fraction"
 MEMORY_ANNOTATION = "gpu-memory"

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from webhook.modes.base import ModeChanges
-from webhook.placement import Placement
-from webhook.policy.model import GFD_REPLICAS_LABEL, GFD_STRATEGY_LABEL, Mode, Policy, frozen_map
+from webhook.core.modes.base import ModeChanges
+from webhook.core.placement import Placement
+from webhook.core.policy.model import (
+    GFD_REPLICAS_LABEL,
+    GFD_STRATEGY_LABEL,
+    Mode,
+    Policy,
+    frozen_map,
+)
 
 
 def pool_selector(placement: Placement, strategy: str) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """From a pod, its namespace and the policies to a decision: untouched, denied, or a plan.
 
 Pure: takes plain dicts and frozen policy values, reads no environment, changes nothing in
-place. A plan is a set of edits over the original pod (``webhook.edits``); planning an
+place. A plan is a set of edits over the original pod (``webhook.core.edits``); planning an
 already planned pod yields edits that change nothing, which is what makes the webhook safe
 under ``reinvocationPolicy: IfNeeded``.
 """
@@ -16,14 +16,14 @@ from typing import Any, TypeVar
 
 import orjson
 
-from webhook.edits import Path, PodEdits
-from webhook.frameworks import fixed_framework_env, framework_env
-from webhook.modes import MODES, MPS_LIMIT_VARS, EnvSetting, ModeChanges
-from webhook.modes.mps_daemon import PIPE_DIRECTORY_VAR
-from webhook.placement import Placement, format_fraction, place
-from webhook.policy.model import Policy, PolicySet
-from webhook.policy.selection import Selection, select_policy
-from webhook.request import (
+from webhook.core.edits import Path, PodEdits
+from webhook.core.frameworks import fixed_framework_env, framework_env
+from webhook.core.modes import MODES, MPS_LIMIT_VARS, EnvSetting, ModeChanges
+from webhook.core.modes.mps_daemon import PIPE_DIRECTORY_VAR
+from webhook.core.placement import Placement, format_fraction, place
+from webhook.core.policy.model import Policy, PolicySet
+from webhook.core.policy.selection import Selection, select_policy
+from webhook.core.request import (
     CONTAINER_ANNOTATION,
     FRACTION_ANNOTATION,
     GpuRequest,

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from webhook.modes.base import EnvSetting
-from webhook.placement import Placement, format_fraction
-from webhook.policy.model import Policy
+from webhook.core.modes.base import EnvSetting
+from webhook.core.placement import Placement, format_fraction
+from webhook.core.policy.model import Policy
 
 TF_GROWTH_VAR = "TF_FORCE_GPU_ALLOW_GROWTH"
 JAX_FRACTION_VARS = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION")

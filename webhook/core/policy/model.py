@@ -33,7 +33,7 @@ def frozen_map(values: Mapping[str, str] | None = None) -> Mapping[str, str]:
 
 
 class Mode(StrEnum):
-    """How the cluster shares a GPU; one module under ``webhook.modes`` per value."""
+    """How the cluster shares a GPU; one module under ``webhook.core.modes`` per value."""
 
     TIME_SLICING = "time-slicing"
     MPS = "mps"

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.edits import ListEdits, PodEdits, SetValue, Tree
-from webhook.patch import materialize
+from webhook.core.edits import ListEdits, PodEdits, SetValue, Tree
+from webhook.core.patch import materialize
 
 
 def _apply(original: Any, node: Tree | SetValue | ListEdits) -> Any:

@@ -1,10 +1,10 @@
 """Sharing modes, one module each, all behind ``base.SharingMode``."""
 
-from webhook.modes.base import EnvSetting, ModeChanges, SharingMode
-from webhook.modes.mps import MPS_LIMIT_VARS, DevicePluginMps
-from webhook.modes.mps_daemon import GpushareMpsDaemon
-from webhook.modes.time_slicing import TimeSlicing
-from webhook.policy.model import Mode
+from webhook.core.modes.base import EnvSetting, ModeChanges, SharingMode
+from webhook.core.modes.mps import MPS_LIMIT_VARS, DevicePluginMps
+from webhook.core.modes.mps_daemon import GpushareMpsDaemon
+from webhook.core.modes.time_slicing import TimeSlicing
+from webhook.core.policy.model import Mode
 
 MODES: dict[Mode, SharingMode] = {
     Mode.TIME_SLICING: TimeSlicing(),

@@ -5,8 +5,8 @@ files into a ``PolicySet`` (or a ``PolicyError`` naming file and YAML path), ``s
 picks the policy that governs a pod.
 """
 
-from webhook.policy.loader import load_policies, load_policy_text
-from webhook.policy.model import (
+from webhook.core.policy.loader import load_policies, load_policy_text
+from webhook.core.policy.model import (
     Frameworks,
     MpsDaemonSettings,
     MpsSettings,
@@ -14,7 +14,7 @@ from webhook.policy.model import (
     PolicySet,
     Pool,
 )
-from webhook.policy.selection import Selection, select_policy
+from webhook.core.policy.selection import Selection, select_policy
 
 __all__ = [
     "Frameworks",

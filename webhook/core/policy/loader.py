@@ -17,8 +17,7 @@ import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from webhook.errors import PolicyError
-from webhook.policy.model import (
+from webhook.core.policy.model import (
     ALWAYS_EXCLUDED_NAMESPACES,
     API_VERSION,
     DEFAULT_EXCLUDED_NAMESPACES,
@@ -40,8 +39,9 @@ from webhook.policy.model import (
     WholeGpus,
     frozen_map,
 )
-from webhook.policy.schema import POLICY_SCHEMA, SETTINGS_SCHEMA
-from webhook.quantity import parse_memory_mib
+from webhook.core.policy.schema import POLICY_SCHEMA, SETTINGS_SCHEMA
+from webhook.core.quantity import parse_memory_mib
+from webhook.errors import PolicyError
 
 _POLICY_VALIDATOR = Draft202012Validator(POLICY_SCHEMA)
 _SETTINGS_VALIDATOR = Draft202012Validator(SETTINGS_SCHEMA)
@@ -473,7 +473,7 @@ def default_policies_path() -> Path:
         return Path(configured)
     for candidate in (
         Path.cwd() / "policies",
-        Path(__file__).resolve().parents[2] / "policies",
+        Path(__file__).resolve().parents[3] / "policies",
     ):
         if candidate.is_dir():
             return candidate

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from webhook.placement import Placement
-from webhook.policy.model import Mode, Policy, frozen_map
+from webhook.core.placement import Placement
+from webhook.core.policy.model import Mode, Policy, frozen_map
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.patch import JsonPatch, build_patch
-from webhook.planning import (
+from webhook.core.patch import JsonPatch, build_patch
+from webhook.core.planning import (
     APPLIED_ANNOTATION,
     FORBIDDEN,
     Decision,
@@ -20,10 +20,10 @@ from webhook.planning import (
     Untouched,
     plan_pod,
 )
-from webhook.policy.model import DirectRequests, PolicySet
-from webhook.policy.selection import select_policy
-from webhook.render import render
-from webhook.request import FRACTION_ANNOTATION, has_gpu_request
+from webhook.core.policy.model import DirectRequests, PolicySet
+from webhook.core.policy.selection import select_policy
+from webhook.core.render import render
+from webhook.core.request import FRACTION_ANNOTATION, has_gpu_request
 
 
 @dataclass(frozen=True)
