@@ -21,8 +21,13 @@ import pytest
 import yaml
 
 from webhook import cli
+from webhook.constants import (
+    APPLIED_ANNOTATION,
+)
 from webhook.core.mutation import mutate, mutated_pod
-from webhook.core.planning import APPLIED_ANNOTATION, Planned
+from webhook.core.planning import (
+    Planned,
+)
 from webhook.core.policy.loader import load_policies
 from webhook.core.policy.model import PolicySet
 

@@ -9,8 +9,16 @@ from typing import Any
 import jsonpatch
 import pytest
 
+from webhook.constants import (
+    APPLIED_ANNOTATION,
+)
 from webhook.core.mutation import Outcome, mutate, mutated_pod, validate
-from webhook.core.planning import APPLIED_ANNOTATION, Denied, Planned, Untouched, plan_pod
+from webhook.core.planning import (
+    Denied,
+    Planned,
+    Untouched,
+    plan_pod,
+)
 from webhook.core.policy.model import PolicySet
 
 from .support import (

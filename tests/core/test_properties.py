@@ -21,10 +21,16 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.core.modes.mps import PINNED_MEMORY_VAR, THREAD_PERCENTAGE_VAR
-from webhook.core.modes.mps_daemon import PIPE_DIRECTORY_VAR
+from webhook.constants import (
+    APPLIED_ANNOTATION,
+    MPS_MEMORY_LIMIT_VAR,
+    MPS_PIPE_DIRECTORY_VAR,
+    MPS_THREAD_PERCENTAGE_VAR,
+)
 from webhook.core.mutation import mutate, mutated_pod, validate
-from webhook.core.planning import APPLIED_ANNOTATION, Planned
+from webhook.core.planning import (
+    Planned,
+)
 from webhook.core.policy.loader import load_policy_texts
 from webhook.core.policy.model import Mode, Policy, PolicySet
 
@@ -77,9 +83,9 @@ GPUSHARE_ENV = [
     "XLA_PYTHON_CLIENT_PREALLOCATE",
     "PYTORCH_CUDA_ALLOC_CONF",
     "PYTORCH_ALLOC_CONF",
-    THREAD_PERCENTAGE_VAR,
-    PINNED_MEMORY_VAR,
-    PIPE_DIRECTORY_VAR,
+    MPS_THREAD_PERCENTAGE_VAR,
+    MPS_MEMORY_LIMIT_VAR,
+    MPS_PIPE_DIRECTORY_VAR,
     "NCCL_P2P_DISABLE",
 ]
 ENV_NAMES = [*GPUSHARE_ENV, "HOME", "MODEL_DIR", "OMP_NUM_THREADS"]
@@ -334,9 +340,9 @@ def test_other_containers_init_containers_and_other_fields_stay_identical(
 def _enforced_names(policy: Policy, whole: bool) -> set[str]:
     if whole or policy.mode is Mode.TIME_SLICING:
         return set()
-    names = {THREAD_PERCENTAGE_VAR, PINNED_MEMORY_VAR}
+    names = {MPS_THREAD_PERCENTAGE_VAR, MPS_MEMORY_LIMIT_VAR}
     if policy.mode is Mode.MPS_DAEMON:
-        names.add(PIPE_DIRECTORY_VAR)
+        names.add(MPS_PIPE_DIRECTORY_VAR)
     return names
 
 
@@ -390,10 +396,10 @@ def test_user_env_is_kept_except_enforced_limits_and_nothing_is_duplicated(
     assert not set(added) & {e["name"] for e in old_env}
     if whole:
         assert not set(added) & set(GPUSHARE_ENV) - {"NCCL_P2P_DISABLE"}
-    if THREAD_PERCENTAGE_VAR in enforced:
+    if MPS_THREAD_PERCENTAGE_VAR in enforced:
         fraction = float(decision.record["fraction"])
         expected = max(1, min(100, math.floor(fraction * 100 + 1e-9)))
-        assert {e["value"] for e in new_env if e["name"] == THREAD_PERCENTAGE_VAR} == {
+        assert {e["value"] for e in new_env if e["name"] == MPS_THREAD_PERCENTAGE_VAR} == {
             str(expected)
         }
 

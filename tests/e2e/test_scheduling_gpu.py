@@ -24,12 +24,15 @@ from conftest import unique_name
 from controlplane import FakeGpuNode, as_json, wait_for
 from kubernetes import client as k8s
 from webhookserver import (
-    APPLIED_ANNOTATION,
     SHARED_RESOURCE,
     GpushareWebhook,
     annotated_pod,
     create_pod,
     plain_pod,
+)
+
+from webhook.constants import (
+    APPLIED_ANNOTATION,
 )
 
 POOL_LABEL = "e2e.gpushare.io/pool"

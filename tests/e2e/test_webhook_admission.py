@@ -22,10 +22,7 @@ from controlplane import ControlPlane, as_json
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from webhookserver import (
-    APPLIED_ANNOTATION,
-    FRACTION_ANNOTATION,
     MUTATING_WEBHOOK,
-    REQUEST_ANNOTATIONS,
     SHARED_RESOURCE,
     VALIDATING_WEBHOOK,
     GpushareWebhook,
@@ -39,6 +36,12 @@ from webhookserver import (
     predict,
     status_message,
     webhook_input,
+)
+
+from webhook.constants import (
+    APPLIED_ANNOTATION,
+    FRACTION_ANNOTATION,
+    REQUEST_ANNOTATIONS,
 )
 
 CORPUS = REPO / "tests/corpus"

@@ -25,7 +25,6 @@ from controlplane import ControlPlane, as_json
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from webhookserver import (
-    APPLIED_ANNOTATION,
     MUTATING_WEBHOOK,
     SHARED_RESOURCE,
     VALIDATING_WEBHOOK,
@@ -37,6 +36,10 @@ from webhookserver import (
     create_pod,
     plain_pod,
     status_message,
+)
+
+from webhook.constants import (
+    APPLIED_ANNOTATION,
 )
 
 # The relay holds connections far longer than the webhook timeout; teardown releases them.

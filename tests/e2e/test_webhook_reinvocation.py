@@ -28,7 +28,6 @@ import pytest
 from controlplane import wait_for
 from kubernetes import client as k8s
 from webhookserver import (
-    APPLIED_ANNOTATION,
     AdmissionServer,
     GpushareWebhook,
     annotated_pod,
@@ -38,6 +37,10 @@ from webhookserver import (
     predict,
     webhook_input,
     write_certificates,
+)
+
+from webhook.constants import (
+    APPLIED_ANNOTATION,
 )
 
 SECOND_LABEL = "e2e.gpushare.io/second-mutator"

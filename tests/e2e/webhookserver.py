@@ -55,6 +55,11 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
+from webhook.constants import (
+    APPLIED_ANNOTATION,
+    FRACTION_ANNOTATION,
+)
+
 REPO = Path(__file__).resolve().parents[2]
 # `gpushare` is the console script for webhook.cli:main; running the module with this very
 # interpreter needs no PATH and no installed script.
@@ -63,9 +68,6 @@ CLI_TIMEOUT_S = 60.0
 SERVER_START_TIMEOUT_S = 60.0
 ADMISSION_LOG_DEADLINE_SECONDS = 5.0
 
-APPLIED_ANNOTATION = "gpushare.io/applied"
-FRACTION_ANNOTATION = "gpu-fraction"
-REQUEST_ANNOTATIONS = (FRACTION_ANNOTATION, "gpu-memory")
 SHARED_RESOURCE = "nvidia.com/gpu.shared"
 MUTATING_WEBHOOK = "mutate.gpushare.io"
 VALIDATING_WEBHOOK = "validate.gpushare.io"

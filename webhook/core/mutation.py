@@ -10,9 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.constants import (
+    APPLIED_ANNOTATION,
+    FRACTION_ANNOTATION,
+)
 from webhook.core.patch import JsonPatch, build_patch
 from webhook.core.planning import (
-    APPLIED_ANNOTATION,
     FORBIDDEN,
     Decision,
     Denied,
@@ -23,7 +26,9 @@ from webhook.core.planning import (
 from webhook.core.policy.model import DirectRequests, PolicySet
 from webhook.core.policy.selection import select_policy
 from webhook.core.render import render
-from webhook.core.request import FRACTION_ANNOTATION, has_gpu_request
+from webhook.core.request import (
+    has_gpu_request,
+)
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,14 @@ import functools
 import math
 from dataclasses import dataclass
 
+from webhook.constants import (
+    FRACTION_ANNOTATION,
+    MEMORY_ANNOTATION,
+)
 from webhook.core.policy.model import Allocation, Policy, Pool
-from webhook.core.request import FRACTION_ANNOTATION, MEMORY_ANNOTATION, GpuRequest
+from webhook.core.request import (
+    GpuRequest,
+)
 
 # Float slack so that "0.25" fits a 1/4 slot and "0.3333" a 1/3 slot.
 _EPSILON = 1e-9

@@ -16,40 +16,34 @@ from typing import Any, TypeVar
 
 import orjson
 
+from webhook.constants import (
+    APPLIED_ANNOTATION,
+    CONTAINER_ANNOTATION,
+    FRACTION_ANNOTATION,
+    KNOWN_GPU_RESOURCES,
+    MIRROR_POD_ANNOTATION,
+    MPS_LIMIT_VARS,
+    MPS_PIPE_DIRECTORY_VAR,
+)
 from webhook.core.edits import Path, PodEdits
 from webhook.core.frameworks import fixed_framework_env, framework_env
-from webhook.core.modes import MODES, MPS_LIMIT_VARS, EnvSetting, ModeChanges
-from webhook.core.modes.mps_daemon import PIPE_DIRECTORY_VAR
+from webhook.core.modes import (
+    MODES,
+    EnvSetting,
+    ModeChanges,
+)
 from webhook.core.placement import Placement, format_fraction, place
 from webhook.core.policy.model import Policy, PolicySet
 from webhook.core.policy.selection import Selection, select_policy
 from webhook.core.request import (
-    CONTAINER_ANNOTATION,
-    FRACTION_ANNOTATION,
     GpuRequest,
     has_gpu_request,
     read_request,
 )
 
-APPLIED_ANNOTATION = "gpushare.io/applied"
-MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 # Resource names of the sharing schemes gpushare knows; a container asking for one of them
 # by hand besides the annotation would be counted twice.
-KNOWN_GPU_RESOURCES = frozenset(
-    {
-        "nvidia.com/gpu",
-        "nvidia.com/gpu.shared",
-        "nvidia.com/gpumem",
-        "nvidia.com/gpucores",
-        "nvidia.com/gpumem-percentage",
-        "k8s.amazonaws.com/vgpu",
-        "tencent.com/vcuda-core",
-        "tencent.com/vcuda-memory",
-        "aliyun.com/gpu-mem",
-        "aliyun.com/gpu-count",
-    }
-)
-_WARNED_WHEN_OVERWRITTEN = frozenset((*MPS_LIMIT_VARS, PIPE_DIRECTORY_VAR))
+_WARNED_WHEN_OVERWRITTEN = frozenset((*MPS_LIMIT_VARS, MPS_PIPE_DIRECTORY_VAR))
 
 _PLACEMENT_CACHE_LIMIT = 4096
 _T = TypeVar("_T")

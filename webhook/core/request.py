@@ -12,12 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
+from webhook.constants import (
+    CONTAINER_ANNOTATION,
+    FRACTION_ANNOTATION,
+    MEMORY_ANNOTATION,
+    REQUEST_ANNOTATIONS,
+)
 from webhook.core.quantity import ACCEPTED_FORMS, parse_memory_mib
-
-FRACTION_ANNOTATION = "gpu-fraction"
-MEMORY_ANNOTATION = "gpu-memory"
-CONTAINER_ANNOTATION = "gpu-fraction-container-name"
-REQUEST_ANNOTATIONS = (FRACTION_ANNOTATION, MEMORY_ANNOTATION)
 
 # Plain decimals only: no sign, no exponent, no percent, at most one point.
 _DECIMAL = re.compile(r"^(?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)\Z")

@@ -26,6 +26,14 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from webhook.constants import (
+    ALWAYS_EXCLUDED_NAMESPACES,
+    MIRROR_POD_ANNOTATION,
+    OPT_OUT_LABEL,
+    OPT_OUT_VALUE,
+    REQUEST_ANNOTATIONS,
+    SHARED_GPU_RESOURCE,
+)
 from webhook.errors import GpushareError
 
 CONFIGURATION_NAME = "gpushare"
@@ -36,17 +44,12 @@ VALIDATE_PATH = "/validate"
 
 # The annotations a developer writes; kept here rather than imported from the core so the
 # configuration stays printable without loading policies.
-REQUEST_ANNOTATIONS: tuple[str, ...] = ("gpu-fraction", "gpu-memory")
-DEFAULT_SHARED_RESOURCES: tuple[str, ...] = ("nvidia.com/gpu.shared",)
-MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
-ALWAYS_EXCLUDED_NAMESPACES: tuple[str, ...] = ("kube-system",)
+DEFAULT_SHARED_RESOURCES: tuple[str, ...] = (SHARED_GPU_RESOURCE,)
 
 FAILURE_POLICIES = ("Fail", "Ignore")
 DEFAULT_TIMEOUT_SECONDS = 5
 MIN_TIMEOUT_SECONDS = 1
 MAX_TIMEOUT_SECONDS = 30
-
-OPT_OUT_LABEL = "gpushare.io/webhook"
 
 
 class WebhookConfigError(GpushareError):
@@ -178,7 +181,7 @@ def _common_webhook(settings: WebhookSettings, name: str, path: str) -> dict[str
                     "values": excluded_namespaces(settings),
                 },
                 # Opt-out label for admins: `kubectl label ns X gpushare.io/webhook=exclude`.
-                {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": ["exclude"]},
+                {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": [OPT_OUT_VALUE]},
             ]
         },
     }

@@ -16,6 +16,9 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from webhook.constants import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+)
 from webhook.core.policy.model import Allocation
 from webhook.errors import GpushareError, PolicyError
 from webhook.node import events
@@ -36,7 +39,10 @@ from webhook.node.mps_control import (
 )
 from webhook.node.node_api import KubernetesNodeApi, NodeApi
 from webhook.node.nvml import FakeNvml, GpuDevice, Nvml, PynvmlNvml, discover_gpus
-from webhook.node.pools import DEVICE_PLUGIN_CONFIG_LABEL, PoolRef, find_daemon_pool
+from webhook.node.pools import (
+    PoolRef,
+    find_daemon_pool,
+)
 from webhook.node.status_server import LauncherMetrics, StatusServer
 from webhook.node.supervisor import MpsSupervisor, SupervisorSettings
 

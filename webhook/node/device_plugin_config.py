@@ -26,14 +26,21 @@ from typing import Any
 
 import yaml
 
+from webhook.constants import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    SHARED_GPU_RESOURCE,
+    WHOLE_GPU_RESOURCE,
+)
 from webhook.core.policy.model import Allocation, Mode, PolicySet
 from webhook.node.errors import DevicePluginConfigError
-from webhook.node.pools import DEVICE_PLUGIN_CONFIG_LABEL, PoolRef, pool_conflicts, pool_refs
+from webhook.node.pools import (
+    PoolRef,
+    pool_conflicts,
+    pool_refs,
+)
 
 DEFAULT_CONFIGMAP_NAME = "gpushare-device-plugin-configs"
 DEFAULT_NAMESPACE = "gpu-operator"
-SHARED_GPU = "nvidia.com/gpu"
-RENAMED_SHARED_GPU = "nvidia.com/gpu.shared"  # DefaultSharedRename: name + ".shared"
 MIN_REPLICAS = 2
 
 
@@ -61,9 +68,9 @@ def _document(ref: PoolRef) -> dict[str, Any]:
         "version": "v1",
         "sharing": {
             strategy: {
-                "renameByDefault": policy.resource_name == RENAMED_SHARED_GPU,
+                "renameByDefault": policy.resource_name == SHARED_GPU_RESOURCE,
                 "failRequestsGreaterThanOne": fail_above_one,
-                "resources": [{"name": SHARED_GPU, "replicas": pool.replicas}],
+                "resources": [{"name": WHOLE_GPU_RESOURCE, "replicas": pool.replicas}],
             }
         },
     }
@@ -72,11 +79,12 @@ def _document(ref: PoolRef) -> dict[str, Any]:
 def _problems(ref: PoolRef) -> list[str]:
     policy, pool = ref.policy, ref.pool
     problems = []
-    if policy.resource_name not in (SHARED_GPU, RENAMED_SHARED_GPU):
+    if policy.resource_name not in (WHOLE_GPU_RESOURCE, SHARED_GPU_RESOURCE):
         problems.append(
             f"{ref.where} uses resource {policy.resource_name!r}, but the NVIDIA device "
-            f"plugin advertises a shared GPU only as {SHARED_GPU} or, with renameByDefault, "
-            f"{RENAMED_SHARED_GPU}: set resourceName to one of those."
+            f"plugin advertises a shared GPU only as {WHOLE_GPU_RESOURCE} or, with "
+            f"renameByDefault, "
+            f"{SHARED_GPU_RESOURCE}: set resourceName to one of those."
         )
     if pool.replicas < MIN_REPLICAS:
         problems.append(

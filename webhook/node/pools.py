@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from webhook.constants import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+)
 from webhook.core.policy.model import Mode, Policy, PolicySet, Pool
 from webhook.node.errors import NodeSetupError
 
 # kubectl label node <node> nvidia.com/device-plugin.config=<name> selects a named config of
 # the GPU Operator's devicePlugin.config ConfigMap (GPU Operator docs, "Time-Slicing GPUs").
-DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from webhook.constants import (
+    ANNOTATION_PREFIX,
+)
 from webhook.node.errors import ComputeModePermissionError, MpsControlError, NodeApiError
 from webhook.node.events import emit
 from webhook.node.mps_control import MpsControl, MpsDefaults, ServerStatus, process_alive
@@ -40,8 +43,6 @@ from webhook.node.nvml import (
     set_exclusive_process,
 )
 from webhook.node.status_server import Health, LauncherMetrics, loop_alive
-
-ANNOTATION_PREFIX = "gpushare.io/"
 
 
 @dataclass(frozen=True)

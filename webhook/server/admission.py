@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from webhook.constants import (
+    MIRROR_POD_ANNOTATION,
+)
 from webhook.core.mutation import Outcome as CoreOutcome
 from webhook.core.mutation import mutate, validate
 from webhook.core.policy import PolicySet
@@ -36,7 +39,6 @@ log = logging.getLogger("gpushare.admission")
 
 # The kubelet marks the API copy of a static pod with this annotation; such mirror pods
 # cannot be changed by admission (the kubelet recreates them from the file).
-MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 
 CoreDecision = Callable[[Mapping[str, Any], str, PolicySet], CoreOutcome]
 

@@ -1,7 +1,9 @@
 """Sharing modes, one module each, all behind ``base.SharingMode``."""
 
 from webhook.core.modes.base import EnvSetting, ModeChanges, SharingMode
-from webhook.core.modes.mps import MPS_LIMIT_VARS, DevicePluginMps
+from webhook.core.modes.mps import (
+    DevicePluginMps,
+)
 from webhook.core.modes.mps_daemon import GpushareMpsDaemon
 from webhook.core.modes.time_slicing import TimeSlicing
 from webhook.core.policy.model import Mode

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import math
 
+from webhook.constants import (
+    MPS_MEMORY_LIMIT_VAR,
+    MPS_THREAD_PERCENTAGE_VAR,
+)
 from webhook.core.modes.base import EnvSetting, ModeChanges
 from webhook.core.modes.time_slicing import pool_selector
 from webhook.core.placement import Placement, format_fraction
 from webhook.core.policy.model import Mode, Policy, frozen_map
-
-THREAD_PERCENTAGE_VAR = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-PINNED_MEMORY_VAR = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
-MPS_LIMIT_VARS = (THREAD_PERCENTAGE_VAR, PINNED_MEMORY_VAR)
 
 
 def mps_limits(policy: Policy, placement: Placement) -> tuple[EnvSetting, ...]:
@@ -32,7 +32,7 @@ def mps_limits(policy: Policy, placement: Placement) -> tuple[EnvSetting, ...]:
         percent = max(1, min(100, math.floor(placement.fraction * 100 * overprovision + 1e-9)))
         limits.append(
             EnvSetting(
-                THREAD_PERCENTAGE_VAR,
+                MPS_THREAD_PERCENTAGE_VAR,
                 str(percent),
                 enforced=True,
                 derivation=f"floor({share} x 100 x overprovision {overprovision:g}), 1..100",
@@ -42,7 +42,7 @@ def mps_limits(policy: Policy, placement: Placement) -> tuple[EnvSetting, ...]:
     if policy.mps.enforce_memory_limit and memory is not None:
         limits.append(
             EnvSetting(
-                PINNED_MEMORY_VAR,
+                MPS_MEMORY_LIMIT_VAR,
                 f"0={max(1, memory)}M",
                 enforced=True,
                 derivation=f"floor({share} x {placement.pool.gpu_memory_mib}Mi of pool "

@@ -5,13 +5,15 @@ directory and carry the client limits itself.
 
 from __future__ import annotations
 
+from webhook.constants import (
+    MPS_PIPE_DIRECTORY_VAR,
+)
 from webhook.core.modes.base import EnvSetting, ModeChanges
 from webhook.core.modes.mps import mps_limits
 from webhook.core.modes.time_slicing import pool_selector
 from webhook.core.placement import Placement
 from webhook.core.policy.model import Mode, Policy, frozen_map
 
-PIPE_DIRECTORY_VAR = "CUDA_MPS_PIPE_DIRECTORY"
 PIPE_VOLUME = "gpushare-mps-pipe"
 
 
@@ -28,7 +30,7 @@ class GpushareMpsDaemon:
                 "hostIPC set for the MPS daemon; it breaks the Baseline Pod Security level",
             )
         pipe = EnvSetting(
-            PIPE_DIRECTORY_VAR,
+            MPS_PIPE_DIRECTORY_VAR,
             daemon.pipe_directory,
             enforced=True,
             derivation=f"policy {policy.name!r} mpsDaemon.pipeDirectory",

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from webhook.constants import (
+    GFD_REPLICAS_LABEL,
+    GFD_STRATEGY_LABEL,
+)
 from webhook.core.modes.base import ModeChanges
 from webhook.core.placement import Placement
 from webhook.core.policy.model import (
-    GFD_REPLICAS_LABEL,
-    GFD_STRATEGY_LABEL,
     Mode,
     Policy,
     frozen_map,

@@ -17,10 +17,12 @@ import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from webhook.core.policy.model import (
+from webhook.constants import (
     ALWAYS_EXCLUDED_NAMESPACES,
-    API_VERSION,
     DEFAULT_EXCLUDED_NAMESPACES,
+)
+from webhook.core.policy.model import (
+    API_VERSION,
     POLICY_KIND,
     SETTINGS_KIND,
     Allocation,
@@ -118,7 +120,7 @@ def load_policy_texts(texts: Iterable[tuple[str, str]]) -> PolicySet:
     namespaces = set(DEFAULT_EXCLUDED_NAMESPACES) if excluded is None else excluded
     return PolicySet(
         policies=tuple(policies),
-        excluded_namespaces=frozenset(namespaces | ALWAYS_EXCLUDED_NAMESPACES),
+        excluded_namespaces=frozenset((*namespaces, *ALWAYS_EXCLUDED_NAMESPACES)),
         sources=tuple(sources),
     )
 

@@ -9,22 +9,17 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-API_VERSION = "gpushare.io/v1alpha1"
-POLICY_KIND = "GpuSharingPolicy"
-SETTINGS_KIND = "GpuSharingSettings"
-
-# Namespaces no policy may ever touch, whatever the files say: the control plane's own.
-ALWAYS_EXCLUDED_NAMESPACES: frozenset[str] = frozenset({"kube-system"})
-DEFAULT_EXCLUDED_NAMESPACES: tuple[str, ...] = (
-    "kube-system",
-    "kube-public",
-    "kube-node-lease",
-    "gpushare-system",
+from webhook.constants import (
+    API_GROUP,
+    DEFAULT_EXCLUDED_NAMESPACES,
+    MPS_READY_LABEL,
+    SHARED_GPU_RESOURCE,
+    WHOLE_GPU_RESOURCE,
 )
 
-# GPU Feature Discovery labels (NVIDIA k8s-device-plugin, gpu-feature-discovery).
-GFD_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
-GFD_STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
+API_VERSION = f"{API_GROUP}/v1alpha1"
+POLICY_KIND = "GpuSharingPolicy"
+SETTINGS_KIND = "GpuSharingSettings"
 
 
 def frozen_map(values: Mapping[str, str] | None = None) -> Mapping[str, str]:
@@ -83,7 +78,7 @@ class Pool:
 class WholeGpus:
     """Whole-GPU requests (``gpu-fraction: "2"``): no sharing, no sharing env."""
 
-    resource_name: str = "nvidia.com/gpu"
+    resource_name: str = WHOLE_GPU_RESOURCE
     max: int = 8
     node_selector: Mapping[str, str] = field(default_factory=frozen_map)
 
@@ -140,7 +135,7 @@ class MpsDaemonSettings:
 
     pipe_directory: str = "/run/gpushare/mps/pipe"
     log_directory: str = "/run/gpushare/mps/log"
-    ready_label: str = "gpushare.io/mps-ready"
+    ready_label: str = MPS_READY_LABEL
     host_ipc: bool = False
     set_exclusive_process: bool = True
 
@@ -171,7 +166,7 @@ class Policy:
     match: Match = field(default_factory=Match)
     default: bool = False
     priority: int = 0
-    resource_name: str = "nvidia.com/gpu.shared"
+    resource_name: str = SHARED_GPU_RESOURCE
     allocation: Allocation = Allocation.REPLICA_CLASS
     min_fraction: float = 0.01
     max_fraction: float = 1.0
