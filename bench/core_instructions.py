@@ -26,8 +26,8 @@ def run_calls(rounds: int) -> None:
     import orjson
 
     from bench.admission_bench import bodies
-    from webhook.core.mutation import mutate
     from webhook.core.policy.loader import default_policies_path, load_policies
+    from webhook.core.verdict import mutate
 
     policies = load_policies(default_policies_path())
     pods = [orjson.loads(body)["request"]["object"] for body in bodies()]

@@ -159,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.admission_bench import bodies, realistic_pods
     from bench.floor_app import create_floor_app
-    from webhook.core.mutation import mutate
     from webhook.core.policy import load_policies
+    from webhook.core.verdict import mutate
     from webhook.server import admission
     from webhook.server.app import create_app
     from webhook.server.json_logs import AdmissionLog

@@ -15,11 +15,17 @@ from typing import Any
 
 import yaml
 
-from webhook.core.mutation import Outcome, mutate, mutated_pod
-from webhook.core.planning import Denied, Planned, Untouched
-from webhook.core.policy import load_policies
-from webhook.core.policy.loader import default_policies_path
-from webhook.core.policy.schema import document_schema
+from webhook.core import (
+    Denied,
+    Planned,
+    Untouched,
+    Verdict,
+    default_policies_path,
+    document_schema,
+    load_policies,
+    mutate,
+    mutated_pod,
+)
 from webhook.errors import GpushareError, ManifestError, PolicyError
 from webhook.manifest import read_pod
 
@@ -46,7 +52,7 @@ def _load(args: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
     return pod, namespace, policies
 
 
-def _report(outcome: Outcome) -> int:
+def _report(outcome: Verdict) -> int:
     for warning in outcome.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if not outcome.allowed:

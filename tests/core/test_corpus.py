@@ -24,12 +24,12 @@ from webhook import cli
 from webhook.constants import (
     APPLIED_ANNOTATION,
 )
-from webhook.core.mutation import mutate, mutated_pod
 from webhook.core.planning import (
     Planned,
 )
 from webhook.core.policy.loader import load_policies
 from webhook.core.policy.model import PolicySet
+from webhook.core.verdict import mutate, mutated_pod
 
 from .support import (
     CORPUS_DIR,

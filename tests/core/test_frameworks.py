@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from webhook.core.mutation import mutate, mutated_pod
 from webhook.core.policy.model import PolicySet
+from webhook.core.verdict import mutate, mutated_pod
 
 from .support import env_of, env_values, make_pod, policies_from, simple_policy
 

@@ -9,9 +9,9 @@ import jsonpatch
 import pytest
 
 from webhook.core.edits import PodEdits
-from webhook.core.mutation import mutate, mutated_pod
 from webhook.core.patch import build_patch, escape_pointer_token
 from webhook.core.render import render
+from webhook.core.verdict import mutate, mutated_pod
 
 from .support import make_pod
 

@@ -12,7 +12,6 @@ import pytest
 from webhook.constants import (
     APPLIED_ANNOTATION,
 )
-from webhook.core.mutation import Outcome, mutate, mutated_pod, validate
 from webhook.core.planning import (
     Denied,
     Planned,
@@ -20,6 +19,7 @@ from webhook.core.planning import (
     plan_pod,
 )
 from webhook.core.policy.model import PolicySet
+from webhook.core.verdict import Verdict, mutate, mutated_pod, validate
 
 from .support import (
     assert_valid_kubernetes_pod,
@@ -33,7 +33,7 @@ from .support import (
 
 def _admit(
     pod: dict[str, Any], namespace: str, policies: PolicySet
-) -> tuple[Outcome, dict[str, Any]]:
+) -> tuple[Verdict, dict[str, Any]]:
     before = copy.deepcopy(pod)
     outcome = mutate(pod, namespace, policies)
     assert outcome.allowed, outcome.reasons
@@ -46,7 +46,7 @@ def _admit(
     return outcome, result
 
 
-def _deny(pod: dict[str, Any], namespace: str, policies: PolicySet) -> Outcome:
+def _deny(pod: dict[str, Any], namespace: str, policies: PolicySet) -> Verdict:
     outcome = mutate(pod, namespace, policies)
     assert not outcome.allowed
     assert outcome.patch == []

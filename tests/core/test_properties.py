@@ -27,12 +27,12 @@ from webhook.constants import (
     MPS_PIPE_DIRECTORY_VAR,
     MPS_THREAD_PERCENTAGE_VAR,
 )
-from webhook.core.mutation import mutate, mutated_pod, validate
 from webhook.core.planning import (
     Planned,
 )
 from webhook.core.policy.loader import load_policy_texts
 from webhook.core.policy.model import Mode, Policy, PolicySet
+from webhook.core.verdict import mutate, mutated_pod, validate
 
 from .support import (
     MPS_DAEMON_EXAMPLE,

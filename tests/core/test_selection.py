@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from webhook.core.mutation import mutate
 from webhook.core.policy.model import PolicySet
 from webhook.core.policy.selection import namespace_excluded, select_policy
+from webhook.core.verdict import mutate
 
 from .support import make_pod, policies_from, policy_doc
 

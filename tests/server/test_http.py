@@ -129,7 +129,7 @@ def test_validate_never_sends_a_patch(client: FlaskClient) -> None:
 
 
 def test_warnings_are_short(client: FlaskClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    from webhook.core.mutation import Outcome
+    from webhook.core.verdict import Outcome
 
     def noisy(pod: Any, namespace: str, policies: Any) -> Outcome:
         return Outcome(True, warnings=("x" * 300, "short note", "tab\there"))

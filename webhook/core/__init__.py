@@ -1,1 +1,46 @@
-"""The decision: annotation + policy + pod in, a plan (or a denial) and its JSON Patch out."""
+"""The decision: annotation + policy + pod in, a verdict (a JSON Patch or a denial) out.
+
+Pure: plain dicts and frozen values in, new values out; no I/O but reading policy files,
+no environment, no Flask. The server, the CLI, the node side and the install tools use only
+the names below; the modules behind them are free to change.
+
+    request      the annotations, read strictly         policy/   documents -> PolicySet
+    placement    fraction -> pool and slots             modes/    one module per sharing mode
+    frameworks   TensorFlow / JAX / PyTorch env knobs   planning  the decision (edits)
+    edits, patch, render   edits -> exact JSON Patch / planned pod
+    verdict      mutate / validate: the webhooks' answers
+"""
+
+from webhook.core.planning import Decision, Denied, Planned, Untouched
+from webhook.core.policy.loader import (
+    POLICY_SUFFIXES,
+    default_policies_path,
+    load_policies,
+    load_policy_text,
+    load_policy_texts,
+)
+from webhook.core.policy.model import Allocation, Mode, Policy, PolicySet, Pool
+from webhook.core.policy.schema import document_schema
+from webhook.core.verdict import Verdict, mutate, mutated_pod, validate
+
+__all__ = [
+    "POLICY_SUFFIXES",
+    "Allocation",
+    "Decision",
+    "Denied",
+    "Mode",
+    "Planned",
+    "Policy",
+    "PolicySet",
+    "Pool",
+    "Untouched",
+    "Verdict",
+    "default_policies_path",
+    "document_schema",
+    "load_policies",
+    "load_policy_text",
+    "load_policy_texts",
+    "mutate",
+    "mutated_pod",
+    "validate",
+]

@@ -19,7 +19,7 @@ from types import FrameType
 from webhook.constants import (
     DEVICE_PLUGIN_CONFIG_LABEL,
 )
-from webhook.core.policy.model import Allocation
+from webhook.core import Allocation
 from webhook.errors import GpushareError, PolicyError
 from webhook.node import events
 from webhook.node.device_plugin_config import (
@@ -185,7 +185,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _prepare(args: argparse.Namespace) -> tuple[MpsSupervisor, StatusServer]:
-    from webhook.core.policy.loader import load_policies
+    from webhook.core import load_policies
 
     host, port = parse_listen(args.listen)
     try:
@@ -306,7 +306,7 @@ def run_device_plugin_config(args: argparse.Namespace) -> int:
     """Entry point of ``gpushare device-plugin-config``."""
     import yaml
 
-    from webhook.core.policy.loader import load_policies
+    from webhook.core import load_policies
     from webhook.node.errors import DevicePluginConfigError
 
     try:

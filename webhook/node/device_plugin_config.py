@@ -31,7 +31,7 @@ from webhook.constants import (
     SHARED_GPU_RESOURCE,
     WHOLE_GPU_RESOURCE,
 )
-from webhook.core.policy.model import Allocation, Mode, PolicySet
+from webhook.core import Allocation, Mode, PolicySet
 from webhook.node.errors import DevicePluginConfigError
 from webhook.node.pools import (
     PoolRef,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from webhook.core.policy.model import Allocation
+from webhook.core import Allocation
 from webhook.node.errors import MpsControlError, NodeSetupError
 from webhook.node.nvml import GpuDevice
 from webhook.node.pools import PoolRef

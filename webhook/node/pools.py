@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from webhook.constants import (
     DEVICE_PLUGIN_CONFIG_LABEL,
 )
-from webhook.core.policy.model import Mode, Policy, PolicySet, Pool
+from webhook.core import Mode, Policy, PolicySet, Pool
 from webhook.node.errors import NodeSetupError
 
 # kubectl label node <node> nvidia.com/device-plugin.config=<name> selects a named config of

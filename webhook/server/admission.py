@@ -18,9 +18,7 @@ from typing import Any
 from webhook.constants import (
     MIRROR_POD_ANNOTATION,
 )
-from webhook.core.mutation import Outcome as CoreOutcome
-from webhook.core.mutation import mutate, validate
-from webhook.core.policy import PolicySet
+from webhook.core import PolicySet, Verdict, mutate, validate
 from webhook.server.pod_shape import pod_shape_problem
 from webhook.server.policy_store import PolicyStore
 from webhook.server.review import (
@@ -40,7 +38,7 @@ log = logging.getLogger("gpushare.admission")
 # The kubelet marks the API copy of a static pod with this annotation; such mirror pods
 # cannot be changed by admission (the kubelet recreates them from the file).
 
-CoreDecision = Callable[[Mapping[str, Any], str, PolicySet], CoreOutcome]
+CoreDecision = Callable[[Mapping[str, Any], str, PolicySet], Verdict]
 
 
 class Endpoint(StrEnum):
@@ -129,7 +127,7 @@ class AdmissionHandler:
         outcome = CORE_DECISIONS[self.endpoint](pod, request.namespace, policies)
         return Answer(self._reply(request.uid, outcome), request, outcome.policy)
 
-    def _reply(self, uid: str, outcome: CoreOutcome) -> Reply:
+    def _reply(self, uid: str, outcome: Verdict) -> Reply:
         if not outcome.allowed:
             return denied(uid, outcome.code, outcome.reasons, outcome.warnings)
         if outcome.patch and self.endpoint is Endpoint.MUTATE:

@@ -28,7 +28,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.http import HTTP_STATUS_CODES
 
-from webhook.core.policy import PolicySet
+from webhook.core import PolicySet
 from webhook.server.admission import AdmissionHandler, Answer, Endpoint
 from webhook.server.json_logs import AdmissionLog
 from webhook.server.metrics import EXPOSITION_CONTENT_TYPE, AdmissionMetrics

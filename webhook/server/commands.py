@@ -252,7 +252,7 @@ def run_webhook_config(args: argparse.Namespace) -> int:
     shared = list(args.shared_resource)
     excluded = list(args.exclude_namespace)
     if args.policies is not None:
-        from webhook.core.policy import load_policies
+        from webhook.core import load_policies
 
         try:
             policies = load_policies(args.policies)

@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from webhook.core.policy import PolicySet, load_policies
-from webhook.core.policy.loader import POLICY_SUFFIXES, load_policy_texts
+from webhook.core import POLICY_SUFFIXES, PolicySet, load_policies, load_policy_texts
 from webhook.errors import PolicyError
 
 log = logging.getLogger("gpushare.policies")

@@ -18,8 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from webhook.core.policy import load_policies
-from webhook.core.policy.loader import default_policies_path
+from webhook.core import default_policies_path, load_policies
 from webhook.errors import GpushareError, PolicyError
 from webhook.install.certs import CertificateError, CertificateFiles, ensure_local_certificates
 from webhook.server.settings import ServeSettings

@@ -1,6 +1,6 @@
 """The core's front door: ``mutate`` and ``validate`` answer what the webhooks answer.
 
-Both are pure: a pod (plain dict) in, an ``Outcome`` out. The HTTP and CLI edges only
+Both are pure: a pod (plain dict) in, an ``Verdict`` out. The HTTP and CLI edges only
 decode their input, call these, and encode the outcome.
 """
 
@@ -32,7 +32,7 @@ from webhook.core.request import (
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Verdict:
     allowed: bool
     patch: JsonPatch = field(default_factory=list)
     warnings: tuple[str, ...] = ()
@@ -42,23 +42,23 @@ class Outcome:
     decision: Decision | None = None
 
 
-def _denied(denied: Denied) -> Outcome:
-    return Outcome(
+def _denied(denied: Denied) -> Verdict:
+    return Verdict(
         False, reasons=denied.reasons, code=denied.code, policy=denied.policy, decision=denied
     )
 
 
 def mutate(
     pod: Mapping[str, Any], namespace: str, policies: PolicySet, *, explain: bool = False
-) -> Outcome:
+) -> Verdict:
     """The mutating webhook's answer: a JSON Patch (maybe empty), or a denial."""
     decision = plan_pod(pod, namespace, policies, explain=explain)
     if isinstance(decision, Untouched):
-        return Outcome(True, warnings=decision.warnings, decision=decision)
+        return Verdict(True, warnings=decision.warnings, decision=decision)
     if isinstance(decision, Denied):
         return _denied(decision)
     patch = build_patch(pod, decision.edits)
-    return Outcome(True, patch, decision.warnings, policy=decision.policy.name, decision=decision)
+    return Verdict(True, patch, decision.warnings, policy=decision.policy.name, decision=decision)
 
 
 def mutated_pod(pod: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
@@ -68,7 +68,7 @@ def mutated_pod(pod: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
     return dict(pod)
 
 
-def validate(pod: Mapping[str, Any], namespace: str, policies: PolicySet) -> Outcome:
+def validate(pod: Mapping[str, Any], namespace: str, policies: PolicySet) -> Verdict:
     """The validating webhook's answer, on the pod as every mutator left it.
 
     An annotated pod must still be exactly what planning yields (nothing to patch), so a
@@ -82,10 +82,10 @@ def validate(pod: Mapping[str, Any], namespace: str, policies: PolicySet) -> Out
         if isinstance(decision, Denied):
             return _denied(decision)
         if isinstance(decision, Untouched):
-            return Outcome(True, decision=decision)
+            return Verdict(True, decision=decision)
         drift = build_patch(pod, decision.edits)
         if drift and APPLIED_ANNOTATION not in annotations:
-            return Outcome(
+            return Verdict(
                 False,
                 reasons=(
                     "This pod asks for a GPU share but was never mutated by gpushare: the "
@@ -98,7 +98,7 @@ def validate(pod: Mapping[str, Any], namespace: str, policies: PolicySet) -> Out
             )
         if drift:
             paths = ", ".join(op["path"] for op in drift[:5])
-            return Outcome(
+            return Verdict(
                 False,
                 reasons=(
                     "The GPU-sharing settings injected at admission were changed afterwards "
@@ -109,16 +109,16 @@ def validate(pod: Mapping[str, Any], namespace: str, policies: PolicySet) -> Out
                 policy=decision.policy.name,
                 decision=decision,
             )
-        return Outcome(True, policy=decision.policy.name, decision=decision)
+        return Verdict(True, policy=decision.policy.name, decision=decision)
     policy = select_policy(policies, namespace, metadata.get("labels") or {}).policy
     if policy is None or policy.direct_requests is DirectRequests.ALLOW:
-        return Outcome(True)
+        return Verdict(True)
     spec = pod.get("spec") or {}
     for container in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
         resources = container.get("resources") or {}
         for section in ("limits", "requests"):
             if policy.resource_name in (resources.get(section) or {}):
-                return Outcome(
+                return Verdict(
                     False,
                     reasons=(
                         f"container {container.get('name')!r} asks for {policy.resource_name} "
@@ -129,4 +129,4 @@ def validate(pod: Mapping[str, Any], namespace: str, policies: PolicySet) -> Out
                     code=FORBIDDEN,
                     policy=policy.name,
                 )
-    return Outcome(True, policy=policy.name)
+    return Verdict(True, policy=policy.name)
