@@ -129,10 +129,10 @@ def test_validate_never_sends_a_patch(client: FlaskClient) -> None:
 
 
 def test_warnings_are_short(client: FlaskClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    from webhook.core.verdict import Outcome
+    from webhook.core.verdict import Verdict
 
-    def noisy(pod: Any, namespace: str, policies: Any) -> Outcome:
-        return Outcome(True, warnings=("x" * 300, "short note", "tab\there"))
+    def noisy(pod: Any, namespace: str, policies: Any) -> Verdict:
+        return Verdict(True, warnings=("x" * 300, "short note", "tab\there"))
 
     monkeypatch.setitem(admission.CORE_DECISIONS, admission.Endpoint.MUTATE, noisy)
     _, body = post(client, "/mutate", review(annotated_pod()))
