@@ -50,9 +50,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests/e2e"))
 
-from controlplane import LOOPBACK, ControlPlane  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from webhookserver import (  # noqa: E402
@@ -61,6 +61,8 @@ from webhookserver import (  # noqa: E402
     WebhookServer,
     ensure_namespace,
 )
+
+from harness.controlplane import LOOPBACK, ControlPlane  # noqa: E402
 
 NAMESPACE = "bench"
 PROBE_NAMESPACE = "bench-probe"
@@ -380,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     deadline = time.monotonic() + args.max_seconds
 
     build = subprocess.run(
-        [str(REPO / "tests/harness/build.sh")], capture_output=True, text=True, check=False
+        [str(REPO / "harness/build.sh")], capture_output=True, text=True, check=False
     )
     if build.returncode != 0:
         print(build.stderr, file=sys.stderr)

@@ -19,13 +19,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from controlplane import ControlPlane, FakeGpuNode, create_fake_node
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from webhookserver import GpushareWebhook, WebhookServer, ensure_namespace
 
+from harness.controlplane import ControlPlane, FakeGpuNode, create_fake_node
+
 E2E_DIR = Path(__file__).resolve().parent
-HARNESS_DIR = E2E_DIR.parent / "harness"
+HARNESS_DIR = E2E_DIR.parents[1] / "harness"
 # A cold build (empty Go caches) took about 7 minutes on 2 cores; allow for slower hosts.
 BUILD_TIMEOUT_S = float(os.environ.get("GPUSHARE_HARNESS_BUILD_TIMEOUT", "2400"))
 # Where the session's control plane is kept, so failure reports can show its logs.
@@ -59,7 +60,7 @@ def pytest_runtest_makereport(
 
 @pytest.fixture(scope="session")
 def harness_binary() -> Path:
-    """Path to the harness binary, built (or found in the cache) by tests/harness/build.sh.
+    """Path to the harness binary, built (or found in the cache) by harness/build.sh.
 
     A failed build fails the tests with the build log: e2e tests are never skipped.
     """
@@ -77,13 +78,13 @@ def harness_binary() -> Path:
             os.killpg(build.pid, signal.SIGKILL)
             stdout, stderr = build.communicate()
             pytest.fail(
-                f"tests/harness/build.sh took over {BUILD_TIMEOUT_S:.0f}s\n{stderr}",
+                f"harness/build.sh took over {BUILD_TIMEOUT_S:.0f}s\n{stderr}",
                 pytrace=False,
             )
     lines = stdout.strip().splitlines()
     if build.returncode != 0 or not lines:
         pytest.fail(
-            f"tests/harness/build.sh failed (exit {build.returncode})\n"
+            f"harness/build.sh failed (exit {build.returncode})\n"
             f"--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
             pytrace=False,
         )

@@ -10,8 +10,9 @@ from typing import Any, NamedTuple
 
 import pytest
 from conftest import HARNESS_DIR, unique_name
-from controlplane import ControlPlane, FakeGpuNode, as_json, wait_for
 from kubernetes import client as k8s
+
+from harness.controlplane import ControlPlane, FakeGpuNode, as_json, wait_for
 
 SHARED = "nvidia.com/gpu.shared"
 SCHEDULE_TIMEOUT_S = 30.0
@@ -20,10 +21,10 @@ NodeFactory = Callable[[FakeGpuNode], k8s.V1Node]
 
 
 def kubernetes_version() -> str:
-    """The k8s.io/kubernetes version tests/harness/go.mod builds, e.g. v1.37.2."""
+    """The k8s.io/kubernetes version harness/go.mod builds, e.g. v1.37.2."""
     text = (HARNESS_DIR / "go.mod").read_text()
     match = re.search(r"^\s*k8s\.io/kubernetes (v\S+)", text, re.MULTILINE)
-    assert match, "k8s.io/kubernetes missing from tests/harness/go.mod"
+    assert match, "k8s.io/kubernetes missing from harness/go.mod"
     return match.group(1)
 
 

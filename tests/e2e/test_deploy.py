@@ -27,10 +27,10 @@ from typing import Any
 import pytest
 import yaml
 from conftest import REPO
-from controlplane import ControlPlane, as_json
 from kubernetes import client as k8s
 from webhookserver import Registration, gpushare, webhook_configuration
 
+from harness.controlplane import ControlPlane, as_json
 from webhook.install.certs import service_dns_names
 from webhook.server.settings import ServeSettings
 

@@ -27,9 +27,10 @@ from typing import IO, Any
 
 import pytest
 import yaml
-from controlplane import ControlPlane, FakeGpuNode
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+
+from harness.controlplane import ControlPlane, FakeGpuNode
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_CONTROL = REPO / "tests/node/fake_mps_control.py"

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 from conftest import unique_name
-from controlplane import FakeGpuNode, as_json, wait_for
 from kubernetes import client as k8s
 from webhookserver import (
     SHARED_RESOURCE,
@@ -31,6 +30,7 @@ from webhookserver import (
     plain_pod,
 )
 
+from harness.controlplane import FakeGpuNode, as_json, wait_for
 from webhook.constants import (
     APPLIED_ANNOTATION,
 )

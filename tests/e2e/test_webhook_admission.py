@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 import yaml
 from conftest import REPO, unique_name
-from controlplane import ControlPlane, as_json
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from webhookserver import (
@@ -38,6 +37,7 @@ from webhookserver import (
     webhook_input,
 )
 
+from harness.controlplane import ControlPlane, as_json
 from webhook.constants import (
     APPLIED_ANNOTATION,
     FRACTION_ANNOTATION,

@@ -21,7 +21,6 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from controlplane import ControlPlane, as_json
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from webhookserver import (
@@ -38,6 +37,7 @@ from webhookserver import (
     status_message,
 )
 
+from harness.controlplane import ControlPlane, as_json
 from webhook.constants import (
     APPLIED_ANNOTATION,
 )

@@ -25,7 +25,6 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from controlplane import wait_for
 from kubernetes import client as k8s
 from webhookserver import (
     AdmissionServer,
@@ -39,6 +38,7 @@ from webhookserver import (
     write_certificates,
 )
 
+from harness.controlplane import wait_for
 from webhook.constants import (
     APPLIED_ANNOTATION,
 )

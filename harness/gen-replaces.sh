@@ -4,7 +4,7 @@
 # v0.0.0 and resolves them with ./staging replaces that do not apply to a consumer, so a
 # consumer must pin each one to the matching v0.X.Y tag itself.
 #
-# Usage: tests/harness/gen-replaces.sh [KUBERNETES_VERSION]   (default: the one in go.mod)
+# Usage: harness/gen-replaces.sh [KUBERNETES_VERSION]   (default: the one in go.mod)
 set -euo pipefail
 cd "$(dirname "$0")"
 export PATH="$PATH:/usr/local/go/bin"

@@ -1,7 +1,7 @@
 """A real Kubernetes control plane for end-to-end tests: etcd, kube-apiserver, kube-scheduler.
 
 This module owns everything between "here is the harness binary" (built by
-tests/harness/build.sh) and "here is a kubeconfig that works": the PKI (CA, serving cert,
+harness/build.sh) and "here is a kubeconfig that works": the PKI (CA, serving cert,
 admin client cert, service-account key), free loopback ports, the three processes with a
 log file each, readiness polling with deadlines, the admin kubeconfig, running kubectl,
 teardown (SIGTERM, then SIGKILL), and fake GPU nodes created through the API.
@@ -57,7 +57,7 @@ LOOPBACK = "127.0.0.1"
 LOG_TAIL_LINES = 60
 
 # Env var the harness binary reads to arm PR_SET_PDEATHSIG (SIGKILL), so a pytest killed with
-# SIGKILL does not leave etcd and apiservers running (see tests/harness/pdeathsig_linux.go).
+# SIGKILL does not leave etcd and apiservers running (see pdeathsig_linux.go beside this file).
 PARENT_PID_ENV = "GPUSHARE_HARNESS_PARENT_PID"
 
 T = TypeVar("T")
