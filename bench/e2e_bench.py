@@ -62,7 +62,8 @@ from webhookserver import (  # noqa: E402
     ensure_namespace,
 )
 
-from harness.controlplane import LOOPBACK, ControlPlane  # noqa: E402
+from harness.controlplane import ControlPlane  # noqa: E402
+from harness.processes import LOOPBACK  # noqa: E402
 
 NAMESPACE = "bench"
 PROBE_NAMESPACE = "bench-probe"

@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from gpu_nodes import FakeGpuNode, create_fake_node
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from webhookserver import GpushareWebhook, WebhookServer, ensure_namespace
 
-from harness.controlplane import ControlPlane, FakeGpuNode, create_fake_node
+from harness.controlplane import ControlPlane
 
 E2E_DIR = Path(__file__).resolve().parent
 HARNESS_DIR = E2E_DIR.parents[1] / "harness"

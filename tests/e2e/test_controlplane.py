@@ -10,9 +10,11 @@ from typing import Any, NamedTuple
 
 import pytest
 from conftest import HARNESS_DIR, unique_name
+from gpu_nodes import FakeGpuNode
 from kubernetes import client as k8s
 
-from harness.controlplane import ControlPlane, FakeGpuNode, as_json, wait_for
+from harness.controlplane import ControlPlane, as_json
+from harness.processes import wait_for
 
 SHARED = "nvidia.com/gpu.shared"
 SCHEDULE_TIMEOUT_S = 30.0

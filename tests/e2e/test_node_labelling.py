@@ -27,10 +27,11 @@ from typing import IO, Any
 
 import pytest
 import yaml
+from gpu_nodes import FakeGpuNode
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from harness.controlplane import ControlPlane, FakeGpuNode
+from harness.controlplane import ControlPlane
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_CONTROL = REPO / "tests/node/fake_mps_control.py"

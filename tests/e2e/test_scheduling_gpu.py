@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from conftest import unique_name
+from gpu_nodes import FakeGpuNode
 from kubernetes import client as k8s
 from webhookserver import (
     SHARED_RESOURCE,
@@ -30,7 +31,8 @@ from webhookserver import (
     plain_pod,
 )
 
-from harness.controlplane import FakeGpuNode, as_json, wait_for
+from harness.controlplane import as_json
+from harness.processes import wait_for
 from webhook.constants import (
     APPLIED_ANNOTATION,
 )

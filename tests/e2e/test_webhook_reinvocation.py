@@ -38,7 +38,7 @@ from webhookserver import (
     write_certificates,
 )
 
-from harness.controlplane import wait_for
+from harness.processes import wait_for
 from webhook.constants import (
     APPLIED_ANNOTATION,
 )

@@ -54,7 +54,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness.controlplane import LOOPBACK, ControlPlaneError, free_ports, wait_for
+from harness.processes import LOOPBACK, ControlPlaneError, free_ports, wait_for
 from webhook.constants import (
     APPLIED_ANNOTATION,
     FRACTION_ANNOTATION,
