@@ -35,6 +35,8 @@ from harness.controlplane import ControlPlane
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_CONTROL = REPO / "tests/node/fake_mps_control.py"
+# The shipped CLI with a fake GPU inventory instead of NVML (test-only entry point).
+FAKE_GPU_LAUNCHER = REPO / "tests/node/fake_gpu_launcher.py"
 NAMESPACE = "gpushare-mps"
 SERVICE_ACCOUNT = "gpushare-mps-daemon"
 READY = "gpushare.io/mps-ready"
@@ -153,12 +155,11 @@ def launched(
         logs.append(stderr)
         process = subprocess.Popen(
             [
-                sys.executable, "-m", "webhook.cli", "mps-daemon",
+                sys.executable, str(FAKE_GPU_LAUNCHER), str(launcher_files["gpus"]), "mps-daemon",
                 "--policies", str(launcher_files["policies"]),
                 "--node-name", node_name,
                 "--kubeconfig", str(service_account_kubeconfig),
                 "--mps-control", str(launcher_files["control"]),
-                "--fake-gpus", str(launcher_files["gpus"]),
                 "--listen", f"127.0.0.1:{port}",
                 "--check-interval", "0.2",
                 "--backoff-initial", "0.2",

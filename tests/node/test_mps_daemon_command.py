@@ -15,6 +15,7 @@ import pytest
 from node_fakes import A100, fake_gpus_file, mps_daemon_policy, write_fake_control
 
 REPO = Path(__file__).resolve().parents[2]
+FAKE_GPU_LAUNCHER = Path(__file__).resolve().parent / "fake_gpu_launcher.py"
 
 # A kubeconfig for an apiserver that is not there: connecting works, every call fails.
 UNREACHABLE_KUBECONFIG = """\
@@ -28,9 +29,21 @@ current-context: none
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """The shipped CLI, which discovers GPUs through the real NVML."""
+    return _run([sys.executable, "-m", "webhook.cli", *args], timeout)
+
+
+def run_with_fake_gpus(
+    gpus: Path, *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """The same CLI with the GPUs of the inventory file ``gpus`` (fake_gpu_launcher.py)."""
+    return _run([sys.executable, str(FAKE_GPU_LAUNCHER), str(gpus), *args], timeout)
+
+
+def _run(command: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "GPUSHARE_POLICIES")}
     return subprocess.run(
-        [sys.executable, "-m", "webhook.cli", *args],
+        command,
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -91,14 +104,14 @@ def test_missing_nvml_library(base_args: list[str], tmp_path: Path) -> None:
 def test_no_gpus(base_args: list[str], tmp_path: Path) -> None:
     binary = write_fake_control(tmp_path)
     gpus = fake_gpus_file(tmp_path, [])
-    message = the_error(run_cli(*base_args, "--mps-control", str(binary), "--fake-gpus", str(gpus)))
+    message = the_error(run_with_fake_gpus(gpus, *base_args, "--mps-control", str(binary)))
     assert "NVML found no GPU on this node" in message
 
 
 def test_a_binary_that_is_not_the_mps_control_program(base_args: list[str], tmp_path: Path) -> None:
     gpus = fake_gpus_file(tmp_path, [A100])
-    result = run_cli(
-        *base_args, "--mps-control", "/bin/true", "--fake-gpus", str(gpus), "--start-timeout", "1"
+    result = run_with_fake_gpus(
+        gpus, *base_args, "--mps-control", "/bin/true", "--start-timeout", "1"
     )
     message = the_error(result)
     assert "no live daemon wrote" in message and "really nvidia-cuda-mps-control" in message
@@ -130,5 +143,5 @@ def test_count_pool_on_a_multi_gpu_node_is_refused(tmp_path: Path, base_args: li
     gpus = fake_gpus_file(tmp_path, [A100, {**A100, "index": 1}])
     args = [str(policy) if a.endswith("mps-daemon.yaml") else a for a in base_args]
     binary = write_fake_control(tmp_path)
-    message = the_error(run_cli(*args, "--mps-control", str(binary), "--fake-gpus", str(gpus)))
+    message = the_error(run_with_fake_gpus(gpus, *args, "--mps-control", str(binary)))
     assert "only safe on one-GPU nodes, but this node has 2 GPUs" in message

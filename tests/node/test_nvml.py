@@ -7,12 +7,12 @@ from typing import Any
 
 import pynvml
 import pytest
+from fake_nvml import FakeNvml
 from node_fakes import A100, fake_gpus_file
 
 from webhook.node.errors import ComputeModePermissionError, NodeSetupError
 from webhook.node.nvml import (
     ComputeMode,
-    FakeNvml,
     GpuDevice,
     PynvmlNvml,
     discover_gpus,

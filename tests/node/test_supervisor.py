@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from fake_nvml import FakeNvml
 from node_fakes import FakeMps, RecordingNodeApi, pid_gone, wait_until
 
 from webhook.node.errors import MpsControlError
 from webhook.node.mps_control import MpsDefaults
-from webhook.node.nvml import ComputeMode, FakeNvml, GpuDevice
+from webhook.node.nvml import ComputeMode, GpuDevice
 from webhook.node.status_server import LauncherMetrics, StatusServer
 from webhook.node.supervisor import MpsSupervisor, SupervisorSettings, backoff_delay
 

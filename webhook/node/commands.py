@@ -38,7 +38,7 @@ from webhook.node.mps_control import (
     resolve_binary,
 )
 from webhook.node.node_api import KubernetesNodeApi, NodeApi
-from webhook.node.nvml import FakeNvml, GpuDevice, Nvml, PynvmlNvml, discover_gpus
+from webhook.node.nvml import GpuDevice, Nvml, PynvmlNvml, discover_gpus
 from webhook.node.pools import (
     PoolRef,
     find_daemon_pool,
@@ -129,12 +129,6 @@ def _add_mps_daemon(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         default=30.0,
         help="seconds to wait for the control daemon to come up",
     )
-    parser.add_argument(
-        "--fake-gpus",
-        type=Path,
-        help="testing and dry runs only: read the GPU inventory from this JSON file "
-        "instead of NVML",
-    )
     parser.set_defaults(func=run_mps_daemon)
 
 
@@ -150,12 +144,12 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def run_mps_daemon(args: argparse.Namespace) -> int:
-    """Entry point of ``gpushare mps-daemon``."""
+def run_mps_daemon(args: argparse.Namespace, nvml: Nvml | None = None) -> int:
+    """Entry point of ``gpushare mps-daemon``; ``nvml`` replaces the real NVML in tests."""
     events.configure()
     stop = threading.Event()
     try:
-        supervisor, server = _prepare(args)
+        supervisor, server = _prepare(args, nvml or PynvmlNvml())
     except (GpushareError, OSError) as exc:
         emit("startup_failed", _one_line(exc), level=logging.ERROR)
         return EXIT_ERROR
@@ -184,7 +178,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def _prepare(args: argparse.Namespace) -> tuple[MpsSupervisor, StatusServer]:
+def _prepare(args: argparse.Namespace, nvml: Nvml) -> tuple[MpsSupervisor, StatusServer]:
     from webhook.core import load_policies
 
     host, port = parse_listen(args.listen)
@@ -201,7 +195,6 @@ def _prepare(args: argparse.Namespace) -> tuple[MpsSupervisor, StatusServer]:
     if args.pool is not None:
         ref = find_daemon_pool(policies, pool_name=args.pool, node_config_label=None)
     binary = resolve_binary(args.mps_control)
-    nvml: Nvml = FakeNvml.from_file(args.fake_gpus) if args.fake_gpus else PynvmlNvml()
     gpus = discover_gpus(nvml)
     node: NodeApi = KubernetesNodeApi.connect(args.node_name, args.kubeconfig)
     if ref is None:

@@ -2,8 +2,8 @@
 
 ``Nvml`` is the interface: start NVML, list the GPUs (index, UUID, name, total memory,
 compute capability, compute mode, MIG mode), change a GPU's compute mode, stop NVML.
-``PynvmlNvml`` implements it over nvidia-ml-py (imported as ``pynvml``); ``FakeNvml`` serves
-the tests and the ``--fake-gpus`` dry run of ``gpushare mps-daemon`` on machines without GPUs.
+``PynvmlNvml`` implements it over nvidia-ml-py (imported as ``pynvml``); the tests' in-memory
+implementation lives with them (tests/node/fake_nvml.py).
 
 ``discover_gpus`` turns the inventory into the GPUs the daemon may serve, or refuses with one
 clear error: no NVML library, no GPUs, a GPU older than Volta, or a GPU in MIG mode.
@@ -13,11 +13,9 @@ clear error: no NVML library, no GPUs, a GPU older than Volta, or a GPU in MIG m
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from enum import IntEnum
-from pathlib import Path
 from typing import Any, Protocol
 
 import pynvml
@@ -152,71 +150,6 @@ class PynvmlNvml:
         # Shutting down an NVML that never came up is not worth a second error.
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
-
-
-@dataclass
-class FakeNvml:
-    """An in-memory ``Nvml`` for tests and dry runs; records every compute-mode change."""
-
-    gpus: list[GpuDevice] = field(default_factory=list)
-    library_missing: bool = False
-    compute_mode_permission: bool = True
-    compute_mode_changes: list[tuple[int, ComputeMode]] = field(default_factory=list)
-    initialised: bool = False
-
-    def init(self) -> None:
-        if self.library_missing:
-            # Same path as the real implementation: pynvml's own exception, translated there.
-            raise NodeSetupError(
-                "The NVML library (libnvidia-ml.so.1) was not found, so this node's GPUs cannot "
-                "be discovered: run gpushare mps-daemon on a GPU node with the NVIDIA driver "
-                "installed, in a container started by the NVIDIA container runtime (e.g. "
-                "runtimeClassName: nvidia), which mounts the library."
-            )
-        self.initialised = True
-
-    def devices(self) -> list[GpuDevice]:
-        return list(self.gpus)
-
-    def set_compute_mode(self, index: int, mode: ComputeMode) -> None:
-        if not self.compute_mode_permission:
-            raise ComputeModePermissionError(
-                f"NVML refused to set GPU {index} to compute mode {mode.name} (insufficient "
-                "permissions): it needs root with CAP_SYS_ADMIN, i.e. a privileged container."
-            )
-        self.compute_mode_changes.append((index, mode))
-        self.gpus = [replace(g, compute_mode=mode) if g.index == index else g for g in self.gpus]
-
-    def shutdown(self) -> None:
-        self.initialised = False
-
-    @classmethod
-    def from_file(cls, path: Path) -> FakeNvml:
-        """Read a fake inventory: ``{"gpus": [{"index": 0, "uuid": ..., "name": ...,
-        "memoryMiB": 81920, "computeCapability": "8.0", "computeMode": "DEFAULT",
-        "mig": false}], "computeModePermission": true, "libraryMissing": false}``."""
-        try:
-            raw = json.loads(path.read_text())
-            return cls(
-                gpus=[_fake_gpu(i, g) for i, g in enumerate(raw.get("gpus", []))],
-                library_missing=bool(raw.get("libraryMissing", False)),
-                compute_mode_permission=bool(raw.get("computeModePermission", True)),
-            )
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise NodeSetupError(f"Cannot read the fake GPU inventory {path}: {exc}.") from exc
-
-
-def _fake_gpu(position: int, raw: Mapping[str, Any]) -> GpuDevice:
-    major, _, minor = str(raw.get("computeCapability", "8.0")).partition(".")
-    return GpuDevice(
-        index=int(raw.get("index", position)),
-        uuid=str(raw.get("uuid", f"GPU-00000000-0000-0000-0000-{position:012d}")),
-        name=str(raw.get("name", "NVIDIA A100-SXM4-80GB")),
-        memory_mib=int(raw["memoryMiB"]),
-        compute_capability=(int(major), int(minor or 0)),
-        compute_mode=ComputeMode[str(raw.get("computeMode", "DEFAULT"))],
-        mig_enabled=bool(raw.get("mig", False)),
-    )
 
 
 def discover_gpus(nvml: Nvml) -> tuple[GpuDevice, ...]:
