@@ -36,7 +36,6 @@ ENV GPUSHARE_HOST=0.0.0.0 \
     GPUSHARE_TLS_CERT=/etc/gpushare/tls/tls.crt \
     GPUSHARE_TLS_KEY=/etc/gpushare/tls/tls.key \
     GPUSHARE_POLICIES=/etc/gpushare/policies \
-    GPUSHARE_EXCLUDE_NAMESPACES=kube-system,gpushare-system \
     GPUSHARE_WORKERS=2 \
     PROMETHEUS_MULTIPROC_DIR=/tmp/gpushare-metrics
 

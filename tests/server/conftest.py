@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import io
+import logging
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from webhook.server.app import AdmissionOptions, create_app
-from webhook.server.json_logs import AdmissionLog
+from webhook.json_logging import json_handler
+from webhook.server.app import create_app
+from webhook.server.instrument import ADMISSION_LOGGER
 from webhook.server.metrics import AdmissionMetrics
 from webhook.server.policy_store import PolicyStore
 
@@ -34,8 +37,17 @@ def store() -> PolicyStore:
 
 
 @pytest.fixture
-def admission_log_stream() -> io.BytesIO:
-    return io.BytesIO()
+def admission_log_stream() -> Iterator[io.StringIO]:
+    """The admission log lines, as JSON lines, of the app under test."""
+    stream = io.StringIO()
+    handler = json_handler(stream)
+    logger = logging.getLogger(ADMISSION_LOGGER)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield stream
+    logger.removeHandler(handler)
+    logger.setLevel(level)
 
 
 @pytest.fixture
@@ -44,13 +56,8 @@ def metrics() -> AdmissionMetrics:
 
 
 @pytest.fixture
-def app(store: PolicyStore, metrics: AdmissionMetrics, admission_log_stream: io.BytesIO) -> Flask:
-    return create_app(
-        store,
-        options=AdmissionOptions(excluded_namespaces=frozenset({"kube-system", "gpushare-system"})),
-        metrics=metrics,
-        admission_log=AdmissionLog(admission_log_stream),
-    )
+def app(store: PolicyStore, metrics: AdmissionMetrics, admission_log_stream: io.StringIO) -> Flask:
+    return create_app(store, metrics=metrics)
 
 
 @pytest.fixture

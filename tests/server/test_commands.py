@@ -8,32 +8,24 @@ from pathlib import Path
 import pytest
 
 from webhook.cli import main
-from webhook.server.serve import ServeError, ServeRequest, prepare, startup_message
+from webhook.server.serve import (
+    CertificateSource,
+    Prepared,
+    ServeError,
+    prepare,
+    startup_message,
+)
 from webhook.server.settings import ServeSettings, SettingsError
 
 from .support import BUNDLED_POLICIES
 
 
-def serve_request(tmp_path: Path, **overrides: object) -> ServeRequest:
-    values: dict[str, object] = {
-        "host": "127.0.0.1",
-        "port": 8443,
-        "policies": BUNDLED_POLICIES,
-        "tls_cert": None,
-        "tls_key": None,
-        "cert_dir": None,
-        "state_dir": tmp_path / "state",
-        "workers": None,
-        "threads": 4,
-        "exclude_namespaces": ("gpushare-system",),
-        "policy_poll_seconds": 2.0,
-        "max_body_bytes": 7 * 1024 * 1024,
-        "keepalive_seconds": 75,
-        "graceful_timeout_seconds": 25,
-        "log_level": "info",
-    }
-    values.update(overrides)
-    return ServeRequest(**values)  # type: ignore[arg-type]
+def prepare_local(
+    tmp_path: Path, policies: Path = BUNDLED_POLICIES, **certificates: Path
+) -> Prepared:
+    """``prepare`` as ``gpushare serve`` calls it, with the state dir under ``tmp_path``."""
+    certificates.setdefault("state_dir", tmp_path / "state")
+    return prepare(policies, CertificateSource(**certificates), {"host": "127.0.0.1"})
 
 
 def test_certs_command_writes_secret_files(
@@ -59,11 +51,11 @@ def test_certs_command_rejects_a_bad_ip(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_serve_defaults_create_local_certificates(tmp_path: Path) -> None:
-    prepared = prepare(serve_request(tmp_path))
+    prepared = prepare_local(tmp_path)
     settings = prepared.settings
     assert settings.tls_cert == (tmp_path / "state" / "certs" / "tls.crt").absolute()
     assert prepared.ca_cert == (tmp_path / "state" / "certs" / "ca.crt").absolute()
-    assert settings.exclude_namespaces == ("kube-system", "gpushare-system")
+    assert settings.port == ServeSettings.__dataclass_fields__["port"].default
     message = startup_message(prepared)
     assert "gpushare webhook-config --ca" in message
     assert "--url https://127.0.0.1:8443" in message
@@ -73,7 +65,7 @@ def test_serve_refuses_invalid_policies(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: GpuSharingPolicy\n")
     with pytest.raises(ServeError, match=r"bad\.yaml"):
-        prepare(serve_request(tmp_path, policies=bad))
+        prepare_local(tmp_path, policies=bad)
 
 
 def test_serve_command_exits_2_with_the_problems(
@@ -86,18 +78,24 @@ def test_serve_command_exits_2_with_the_problems(
 
 def test_serve_refuses_half_a_certificate_pair(tmp_path: Path) -> None:
     with pytest.raises(ServeError, match="both"):
-        prepare(serve_request(tmp_path, tls_cert=tmp_path / "tls.crt"))
+        prepare_local(tmp_path, tls_cert=tmp_path / "tls.crt")
 
 
 def test_serve_refuses_an_unloadable_certificate(tmp_path: Path) -> None:
     (tmp_path / "tls.crt").write_text("nope")
     (tmp_path / "tls.key").write_text("nope")
     with pytest.raises(ServeError, match="do not load"):
-        prepare(serve_request(tmp_path, cert_dir=tmp_path))
+        prepare_local(tmp_path, cert_dir=tmp_path)
 
 
 def test_settings_travel_through_the_environment(tmp_path: Path) -> None:
-    settings = prepare(serve_request(tmp_path, workers=3)).settings
+    prepared = prepare(
+        BUNDLED_POLICIES,
+        CertificateSource(state_dir=tmp_path / "state"),
+        {"workers": 3, "keepalive_seconds": 9, "log_level": "debug"},
+    )
+    settings = prepared.settings
+    assert (settings.workers, settings.keepalive_seconds, settings.log_level) == (3, 9, "debug")
     assert ServeSettings.from_environ(settings.to_environ()) == settings
 
 
@@ -107,3 +105,19 @@ def test_settings_errors_name_the_variable() -> None:
     base = {"GPUSHARE_TLS_CERT": "c", "GPUSHARE_TLS_KEY": "k", "GPUSHARE_POLICIES": "p"}
     with pytest.raises(SettingsError, match="GPUSHARE_PORT"):
         ServeSettings.from_environ({**base, "GPUSHARE_PORT": "zero"})
+
+
+def test_serve_flags_reach_the_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from webhook.server import commands
+
+    started: list[ServeSettings] = []
+    monkeypatch.setattr(commands, "exec_gunicorn", started.append)
+    flags = ["--state-dir", str(tmp_path), "--port", "9443", "--threads", "2"]
+    flags += ["--keepalive", "9", "--graceful-timeout", "7", "--max-body-bytes", "4096"]
+    assert main(["serve", "--policies", str(BUNDLED_POLICIES), *flags]) == 1
+    (settings,) = started
+    assert (settings.port, settings.threads, settings.max_body_bytes) == (9443, 2, 4096)
+    assert (settings.keepalive_seconds, settings.graceful_timeout_seconds) == (9, 7)
+    assert settings.policy_poll_seconds == ServeSettings.__dataclass_fields__[
+        "policy_poll_seconds"
+    ].default

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 from typing import Any
 
@@ -11,15 +10,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from webhook.server.app import create_app
-from webhook.server.json_logs import AdmissionLog
 from webhook.server.policy_store import PolicyStore
 
 from .support import BUNDLED_POLICIES, annotated_pod, review
 
 # One app for all examples: hypothesis reruns the test body, not function-scoped fixtures.
-APP: Flask = create_app(
-    PolicyStore.loaded(BUNDLED_POLICIES), admission_log=AdmissionLog(io.BytesIO())
-)
+APP: Flask = create_app(PolicyStore.loaded(BUNDLED_POLICIES))
 
 JSON_SCALARS = (
     st.none()

@@ -167,13 +167,18 @@ def test_pod_subresources_are_allowed_unchanged(client: FlaskClient) -> None:
 def test_excluded_namespaces_are_skipped(client: FlaskClient, namespace: str) -> None:
     pod = annotated_pod(namespace=namespace)
     _, body = post(client, "/mutate", review(pod, namespace=namespace))
-    assert assert_envelope(body) == {"uid": UID, "allowed": True}
+    response = assert_envelope(body)
+    assert response["allowed"] is True and "patch" not in response
+    assert response["warnings"] == [
+        f"gpu-fraction ignored: namespace {namespace!r} is excluded from GPU sharing"
+    ]
 
 
 def test_namespace_comes_from_the_request(client: FlaskClient) -> None:
     pod = annotated_pod(namespace="ml")  # the object may claim any namespace, or none
     _, body = post(client, "/mutate", review(pod, namespace="kube-system"))
-    assert assert_envelope(body) == {"uid": UID, "allowed": True}
+    response = assert_envelope(body)
+    assert response["allowed"] is True and "patch" not in response
 
 
 def test_mirror_pods_are_skipped(client: FlaskClient) -> None:
@@ -283,16 +288,13 @@ def test_pod_create_without_object_is_400(client: FlaskClient) -> None:
 
 
 def test_body_over_the_cap_is_413_by_content_length(store: PolicyStore) -> None:
-    from webhook.server.app import AdmissionOptions
-
-    app = create_app(store, options=AdmissionOptions(max_body_bytes=1024))
+    app = create_app(store, max_body_bytes=1024)
     data = json.dumps(review(annotated_pod(), padding="x" * 2000)).encode()
     error_of(app.test_client().post("/mutate", data=data, content_type="application/json"), 413)
 
 
 def test_body_over_the_cap_is_413_without_content_length(store: PolicyStore) -> None:
     """A chunked body (no Content-Length) is cut off at the cap, not read to its end."""
-    from webhook.server.app import AdmissionOptions
 
     class EndlessBody(io.RawIOBase):
         def __init__(self) -> None:
@@ -307,7 +309,7 @@ def test_body_over_the_cap_is_413_without_content_length(store: PolicyStore) -> 
             return len(buffer)
 
     endless = EndlessBody()
-    app = create_app(store, options=AdmissionOptions(max_body_bytes=100_000))
+    app = create_app(store, max_body_bytes=100_000)
     environ = {
         "REQUEST_METHOD": "POST",
         "PATH_INFO": "/mutate",
@@ -353,13 +355,13 @@ def test_core_exception_is_500_with_uid(
 def test_failure_outside_the_core_is_a_json_500(
     client: FlaskClient,
     monkeypatch: pytest.MonkeyPatch,
-    admission_log_stream: io.BytesIO,
+    admission_log_stream: io.StringIO,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A failure in the admission layer itself (here: reading the body) is still enveloped."""
     from webhook.server import app as app_module
 
-    def broken(environ: Any, max_body_bytes: int) -> bytes:
+    def broken() -> bytes:
         raise ConnectionResetError("client went away")
 
     caplog.set_level(logging.INFO, logger="gpushare.admission")
@@ -398,7 +400,7 @@ def test_unknown_routes_answer_json(
 
 
 def test_one_json_log_line_per_admission(
-    client: FlaskClient, admission_log_stream: io.BytesIO, caplog: pytest.LogCaptureFixture
+    client: FlaskClient, admission_log_stream: io.StringIO, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="gpushare.admission")
     post(client, "/mutate", review(annotated_pod(), uid="u-1"))

@@ -1,31 +1,35 @@
-"""From a decoded admission request to the webhook's answer, via the pure core.
+"""From an admission request to its answer: decode once, handle, complete.
 
-Owns the scope rules the transport applies before the core sees a pod: only CREATE of core
-v1 pods is looked at (anything else is allowed unchanged), excluded namespaces and mirror
-pods are skipped, and a worker with no policies loaded answers 503 rather than guess. The
-core's ``Outcome`` becomes a named reply; a core exception becomes a 500 that still echoes
-the uid, so the apiserver's failurePolicy decides.
+Owns the two steps between HTTP and the core, in the shape of controller-runtime's admission
+package:
+
+- ``review_pipeline``: Content-Type and size checks, ``decode_review`` (once), the handler,
+  then ``AdmissionResponse.complete`` (the uid), whatever happened; a handler that raises
+  becomes a 500 that still echoes the uid, so the apiserver's failurePolicy decides.
+- ``pod_handler``: the scope rules before the core sees a pod. Only CREATE of core v1 pods is
+  looked at (anything else is allowed unchanged), a pod whose field types the core cannot
+  read is a 400, and a worker with no policies loaded answers 503 rather than guess. The
+  core's ``Verdict`` becomes an ``AdmissionResponse``.
+
+Namespaces excluded by the policies' settings and mirror pods are the core's to skip.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from webhook.constants import (
-    MIRROR_POD_ANNOTATION,
-)
-from webhook.core import PolicySet, Verdict, mutate, validate
+from webhook.core import PolicySet, Untouched, Verdict, mutate, validate
 from webhook.server.pod_shape import pod_shape_problem
 from webhook.server.policy_store import PolicyStore
 from webhook.server.review import (
+    JSON_CONTENT_TYPE,
     AdmissionRequest,
+    AdmissionResponse,
     MalformedReviewError,
     Outcome,
-    Reply,
     allowed,
     decode_review,
     denied,
@@ -33,11 +37,15 @@ from webhook.server.review import (
     patched,
 )
 
-log = logging.getLogger("gpushare.admission")
+log = logging.getLogger("gpushare.server")
 
-# The kubelet marks the API copy of a static pod with this annotation; such mirror pods
-# cannot be changed by admission (the kubelet recreates them from the file).
-
+# What an admission endpoint does with a decoded request.
+Handler = Callable[[AdmissionRequest], AdmissionResponse]
+# Reads the request body: None when it is (or declares to be) over the cap.
+BodyReader = Callable[[], bytes | None]
+# An endpoint as the HTTP layer calls it: the request's Content-Type and a way to read its
+# body in, the completed response out.
+ReviewPipeline = Callable[[str, BodyReader], AdmissionResponse]
 CoreDecision = Callable[[Mapping[str, Any], str, PolicySet], Verdict]
 
 
@@ -50,87 +58,79 @@ CORE_DECISIONS: dict[Endpoint, CoreDecision] = {
     Endpoint.MUTATE: mutate,
     Endpoint.VALIDATE: validate,
 }
+_HANDLER_FAILED = "The webhook failed to evaluate the pod; see its logs."
+_READ_FAILED = "The webhook failed to read the request; see its logs."
 
 
-@dataclass(slots=True)
-class Answer:
-    """A reply plus what was understood of the request, for the admission log line."""
+def review_pipeline(handler: Handler, max_body_bytes: int) -> ReviewPipeline:
+    """Decode once, handle, complete: the path every AdmissionReview takes."""
+    too_large = (
+        f"The request body is larger than {max_body_bytes} bytes; the apiserver never sends "
+        "more than 3 MiB."
+    )
 
-    reply: Reply
-    request: AdmissionRequest | None = None
-    policy: str | None = None
-
-
-def is_mirror_pod(pod: Mapping[str, Any]) -> bool:
-    # dict, not Mapping: decoded JSON has no other mappings, and an isinstance test against
-    # an ABC costs several times more on every admission.
-    metadata = pod.get("metadata")
-    if not isinstance(metadata, dict):
-        return False
-    annotations = metadata.get("annotations")
-    return isinstance(annotations, dict) and MIRROR_POD_ANNOTATION in annotations
-
-
-@dataclass(frozen=True)
-class AdmissionHandler:
-    """Answers AdmissionReview bodies for one endpoint."""
-
-    endpoint: Endpoint
-    store: PolicyStore
-    excluded_namespaces: frozenset[str] = frozenset({"kube-system"})
-
-    def answer(self, body: bytes) -> Answer:
+    def review(content_type: str, read_body: BodyReader) -> AdmissionResponse:
+        if content_type != JSON_CONTENT_TYPE and not _is_json(content_type):
+            return errored(
+                415, f"Content-Type must be {JSON_CONTENT_TYPE}, not {content_type or 'missing'!r}."
+            ).complete(None)
+        try:
+            body = read_body()
+        except Exception:  # a client gone while its body was read, a bug in the reader
+            log.exception("reading an admission request failed")
+            return errored(500, _READ_FAILED).complete(None)
+        if body is None:
+            return errored(413, too_large).complete(None)
         try:
             request = decode_review(body)
         except MalformedReviewError as bad:
-            return Answer(errored(bad.http_status, bad.message, bad.uid))
+            return errored(bad.http_status, bad.message).complete(None, bad.uid)
         try:
-            return self._decide(request)
+            response = handler(request)
         except Exception:
-            log.exception(
-                "admission failed", extra={"uid": request.uid, "endpoint": str(self.endpoint)}
-            )
-            return Answer(
-                errored(500, "The webhook failed to evaluate the pod; see its logs.", request.uid),
-                request,
-            )
+            log.exception("admission failed", extra={"uid": request.uid})
+            response = errored(500, _HANDLER_FAILED)
+        return response.complete(request)
 
-    def _decide(self, request: AdmissionRequest) -> Answer:
+    return review
+
+
+def _is_json(content_type: str) -> bool:
+    return content_type.partition(";")[0].strip().lower() == JSON_CONTENT_TYPE
+
+
+def pod_handler(endpoint: Endpoint, store: PolicyStore) -> Handler:
+    """The handler of ``endpoint``: scope rules, then the core's mutate or validate."""
+    may_patch = endpoint is Endpoint.MUTATE
+
+    def handle(request: AdmissionRequest) -> AdmissionResponse:
         if not request.is_pod_create:
-            return Answer(allowed(request.uid, outcome=Outcome.SKIPPED), request)
+            return allowed(outcome=Outcome.SKIPPED)
         pod = request.object
         if pod is None:
-            return Answer(
-                errored(400, "request.object is missing for a pod CREATE.", request.uid), request
-            )
-        if request.namespace in self.excluded_namespaces or is_mirror_pod(pod):
-            return Answer(allowed(request.uid, outcome=Outcome.SKIPPED), request)
-        # No apiserver sends a pod with ``metadata: true`` or ``env: "x"``. The core would
-        # answer some of those anyway (a number where the annotation should be a string) and
-        # patch others into something the apiserver cannot apply; a 400 naming the field is
-        # the clear answer.
+            return errored(400, "request.object is missing for a pod CREATE.")
+        # No apiserver sends a pod with ``metadata: true`` or ``env: "x"``; the core would
+        # answer some of those and patch others into something the apiserver cannot apply.
         problem = pod_shape_problem(pod)
         if problem is not None:
-            return Answer(errored(400, problem, request.uid), request)
-        policies = self.store.policies
+            return errored(400, problem)
+        policies = store.policies
         if policies is None:
-            return Answer(
-                errored(
-                    503,
-                    "No valid policies are loaded yet; see /readyz for the problems.",
-                    request.uid,
-                ),
-                request,
-            )
-        # dryRun needs no special case: the webhook has no side effects, so a dry run gets
-        # exactly the answer a real request would.
-        outcome = CORE_DECISIONS[self.endpoint](pod, request.namespace, policies)
-        return Answer(self._reply(request.uid, outcome), request, outcome.policy)
+            return errored(503, "No valid policies are loaded yet; see /readyz for the problems.")
+        # dryRun needs no special case: the webhook has no side effects. The decision is
+        # looked up per call so that tests can swap one in.
+        verdict = CORE_DECISIONS[endpoint](pod, request.namespace, policies)
+        return _response(verdict, may_patch)
 
-    def _reply(self, uid: str, outcome: Verdict) -> Reply:
-        if not outcome.allowed:
-            return denied(uid, outcome.code, outcome.reasons, outcome.warnings)
-        if outcome.patch and self.endpoint is Endpoint.MUTATE:
-            return patched(uid, outcome.patch, outcome.warnings)
-        # A validating webhook may not patch; the apiserver would reject the response.
-        return allowed(uid, outcome.warnings)
+    return handle
+
+
+def _response(verdict: Verdict, may_patch: bool) -> AdmissionResponse:
+    if not verdict.allowed:
+        return denied(verdict.code, verdict.reasons, verdict.warnings, verdict.policy)
+    if isinstance(verdict.decision, Untouched):
+        return allowed(verdict.warnings, outcome=Outcome.SKIPPED, policy=verdict.policy)
+    # A validating webhook may not patch; the apiserver would reject the response.
+    if verdict.patch and may_patch:
+        return patched(verdict.patch, verdict.warnings, verdict.policy)
+    return allowed(verdict.warnings, policy=verdict.policy)

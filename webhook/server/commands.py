@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from webhook.core import default_policies_path, load_policies
 from webhook.errors import GpushareError, PolicyError
 from webhook.install.certs import (
     CertificateError,
@@ -31,8 +32,8 @@ from webhook.install.webhook_config import (
 )
 from webhook.server import settings as serve_defaults
 from webhook.server.serve import (
+    CertificateSource,
     ServeError,
-    ServeRequest,
     exec_gunicorn,
     prepare,
     startup_message,
@@ -91,60 +92,61 @@ def _add_serve(subparsers: Subparsers) -> None:
         type=Path,
         help="where local certificates go (default: $GPUSHARE_STATE_DIR or ./.state)",
     )
-    parser.add_argument(
+    # Tuning flags default to None so that ServeSettings' own defaults apply; ``dest`` is
+    # the ServeSettings field each one sets.
+    tuning = parser.add_argument_group("tuning (defaults: ServeSettings)")
+    tuning.add_argument(
         "--workers", type=_positive_int, help="worker processes (default: CPUs, at most 4)"
     )
-    parser.add_argument("--threads", type=_positive_int, default=serve_defaults.DEFAULT_THREADS)
-    parser.add_argument(
-        "--exclude-namespace",
-        action="append",
-        default=[],
-        metavar="NAMESPACE",
-        help="never mutate pods here (repeatable; kube-system always); add the webhook's own",
+    tuning.add_argument(
+        "--threads", type=_positive_int, help=f"default {serve_defaults.DEFAULT_THREADS}"
     )
-    parser.add_argument(
+    tuning.add_argument(
         "--policy-poll-seconds",
         type=_positive_float,
-        default=serve_defaults.DEFAULT_POLICY_POLL_SECONDS,
+        help=f"default {serve_defaults.DEFAULT_POLICY_POLL_SECONDS}",
     )
-    parser.add_argument(
-        "--max-body-bytes", type=_positive_int, default=serve_defaults.DEFAULT_MAX_BODY_BYTES
-    )
-    parser.add_argument(
-        "--keepalive", type=_positive_int, default=serve_defaults.DEFAULT_KEEPALIVE_SECONDS
-    )
-    parser.add_argument(
-        "--graceful-timeout",
+    tuning.add_argument(
+        "--max-body-bytes",
         type=_positive_int,
-        default=serve_defaults.DEFAULT_GRACEFUL_TIMEOUT_SECONDS,
-        help="seconds in-flight requests get to finish after SIGTERM",
+        help=f"default {serve_defaults.DEFAULT_MAX_BODY_BYTES}",
     )
-    parser.add_argument(
-        "--log-level", default="info", choices=("debug", "info", "warning", "error")
+    tuning.add_argument(
+        "--keepalive",
+        dest="keepalive_seconds",
+        type=_positive_int,
+        help=f"default {serve_defaults.DEFAULT_KEEPALIVE_SECONDS}",
     )
+    tuning.add_argument(
+        "--graceful-timeout",
+        dest="graceful_timeout_seconds",
+        type=_positive_int,
+        help="seconds in-flight requests get to finish after SIGTERM (default "
+        f"{serve_defaults.DEFAULT_GRACEFUL_TIMEOUT_SECONDS})",
+    )
+    tuning.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     parser.set_defaults(func=run_serve)
 
 
+_TUNING_FIELDS = (
+    "host",
+    "port",
+    "workers",
+    "threads",
+    "policy_poll_seconds",
+    "max_body_bytes",
+    "keepalive_seconds",
+    "graceful_timeout_seconds",
+    "log_level",
+)
+
+
 def run_serve(args: argparse.Namespace) -> int:
-    request = ServeRequest(
-        host=args.host,
-        port=args.port,
-        policies=args.policies,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        cert_dir=args.cert_dir,
-        state_dir=args.state_dir,
-        workers=args.workers,
-        threads=args.threads,
-        exclude_namespaces=tuple(args.exclude_namespace),
-        policy_poll_seconds=args.policy_poll_seconds,
-        max_body_bytes=args.max_body_bytes,
-        keepalive_seconds=args.keepalive,
-        graceful_timeout_seconds=args.graceful_timeout,
-        log_level=args.log_level,
-    )
+    certificates = CertificateSource(args.tls_cert, args.tls_key, args.cert_dir, args.state_dir)
+    tuning = {name: getattr(args, name) for name in _TUNING_FIELDS}
+    tuning = {name: value for name, value in tuning.items() if value is not None}
     try:
-        prepared = prepare(request)
+        prepared = prepare(args.policies, certificates, tuning)
     except ServeError as error:
         print(f"gpushare serve: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -219,7 +221,6 @@ def _add_webhook_config(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--timeout", type=int, default=DEFAULT_TIMEOUT_SECONDS, help="seconds, 1-30"
     )
-    parser.add_argument("--exclude-namespace", action="append", default=[], metavar="NAMESPACE")
     parser.add_argument(
         "--shared-resource",
         action="append",
@@ -231,10 +232,15 @@ def _add_webhook_config(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--policies",
         type=Path,
-        help="take shared resources and excluded namespaces from these policies",
+        help="the policies the webhook serves: their shared resources and excluded namespaces "
+        "go into the configurations (default: as `gpushare serve` finds them)",
     )
     parser.add_argument("--name", default="gpushare", help="name of both configurations")
     parser.set_defaults(func=run_webhook_config)
+
+
+def _is_glob(pattern: str) -> bool:
+    return any(char in pattern for char in "*?[")
 
 
 def run_webhook_config(args: argparse.Namespace) -> int:
@@ -249,18 +255,15 @@ def run_webhook_config(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    shared = list(args.shared_resource)
-    excluded = list(args.exclude_namespace)
-    if args.policies is not None:
-        from webhook.core import load_policies
-
-        try:
-            policies = load_policies(args.policies)
-        except PolicyError as error:
-            print("gpushare webhook-config: " + "\n".join(error.problems), file=sys.stderr)
-            return EXIT_USAGE
-        shared += sorted(policies.shared_resource_names)
-        excluded += sorted(policies.excluded_namespaces)
+    try:
+        policies = load_policies(args.policies or default_policies_path())
+    except PolicyError as error:
+        print("gpushare webhook-config: " + "\n".join(error.problems), file=sys.stderr)
+        return EXIT_USAGE
+    shared = [*args.shared_resource, *sorted(policies.shared_resource_names)]
+    # The policies' excluded namespaces are the one setting: the webhook skips them, and the
+    # configurations keep them from reaching it (glob patterns are left to the webhook).
+    excluded = sorted(name for name in policies.excluded_namespaces if not _is_glob(name))
     target: ServiceTarget | UrlTarget = (
         UrlTarget(args.url) if args.url else ServiceTarget(args.service, args.namespace, args.port)
     )

@@ -4,9 +4,7 @@ Reads the ``GPUSHARE_*`` variables (``settings``) so ``gpushare serve`` and a co
 runs gunicorn directly serve identically. What matters here:
 
 - ``gthread`` workers: unlike ``sync`` they keep connections alive, which the apiserver
-  reuses; TLS handshakes per request would dominate the cost of an admission. The
-  ``BalancedThreadWorker`` subclass spreads those long-lived connections evenly over the
-  worker processes (see ``balanced_worker``).
+  reuses; TLS handshakes per request would dominate the cost of an admission.
 - ``ssl_context`` hook: gunicorn calls it for every accepted connection; the context comes
   from ``tls.ServingCertificate``, which enforces TLS 1.2+ and follows certificate files
   replaced on disk, so new connections get a new certificate without a restart.
@@ -23,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from webhook.server.json_logs import logging_config
+from webhook.json_logging import JsonFormatter
 from webhook.server.settings import ServeSettings
 
 _MULTIPROC_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
@@ -36,9 +34,33 @@ _metrics_dir.mkdir(parents=True, exist_ok=True)
 
 _settings = ServeSettings.from_environ()
 
+
+def logging_config(level: str) -> dict[str, Any]:
+    """JSON lines to stderr for the webhook's loggers and gunicorn's (``logconfig_dict``)."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": JsonFormatter}},
+        "handlers": {
+            "stderr": {
+                "class": "logging.StreamHandler",
+                "formatter": "json",
+                "stream": "ext://sys.stderr",
+            }
+        },
+        "root": {"level": level.upper(), "handlers": ["stderr"]},
+        "loggers": {
+            "gunicorn.error": {"level": level.upper(), "handlers": ["stderr"], "propagate": False},
+            # The webhook logs each admission itself, with its decision; gunicorn's access
+            # lines would only repeat them.
+            "gunicorn.access": {"level": "WARNING", "handlers": ["stderr"], "propagate": False},
+        },
+    }
+
+
 bind = [_settings.bind]
 workers = _settings.workers
-worker_class = "webhook.server.balanced_worker.BalancedThreadWorker"
+worker_class = "gthread"
 threads = _settings.threads
 keepalive = _settings.keepalive_seconds
 graceful_timeout = _settings.graceful_timeout_seconds
@@ -72,9 +94,6 @@ def child_exit(server: Any, worker: Any) -> None:
     from webhook.server.metrics import mark_worker_dead
 
     mark_worker_dead(worker.pid)
-    release_slot = getattr(worker, "release_slot", None)
-    if release_slot is not None:  # BalancedThreadWorker: its connection-count slot
-        release_slot()
 
 
 def on_exit(server: Any) -> None:

@@ -1,14 +1,15 @@
-"""AdmissionReview v1 on the wire: decode a request once, build every kind of answer.
+"""AdmissionReview v1 on the wire: decode a request once, encode every answer one way.
 
-Owns the envelope rules (DESIGN.md section 2): the response echoes ``request.uid`` and
-``admission.k8s.io/v1``/``AdmissionReview`` on every path, errors included; ``patch`` and
-``patchType`` come together or not at all; warnings stay under 120 characters.
+Owns the envelope rules of admission.k8s.io/v1: the response echoes ``request.uid`` and
+``apiVersion``/``kind`` on every path, errors included; ``patch`` and ``patchType`` come
+together or not at all; warnings stay under 120 characters.
 
-Answers are ``Reply`` values built by four named constructors, as in controller-runtime:
-``allowed`` (no change), ``patched`` (allowed with a JSON Patch), ``denied`` (HTTP 200 with
-``allowed: false``: a policy violation, which rejects the pod whatever the failurePolicy)
-and ``errored`` (HTTP 4xx/5xx: the apiserver counts it as a failed call and its
-failurePolicy decides).
+Every answer is one ``AdmissionResponse``, built by four named constructors as in
+controller-runtime's admission package: ``allowed`` (no change), ``patched`` (allowed with a
+JSON Patch), ``denied`` (HTTP 200 with ``allowed: false``: a policy violation, which rejects
+the pod whatever the failurePolicy) and ``errored`` (HTTP 4xx/5xx: the apiserver counts a
+failed call and its failurePolicy decides). ``complete`` fills in what comes from the request
+(the uid) in one place, and ``encode_review`` is the one encoder.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ MAX_WARNINGS = 16
 REASONS_BY_CODE = {
     400: "BadRequest",
     403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
     413: "RequestEntityTooLarge",
     415: "UnsupportedMediaType",
     422: "Invalid",
@@ -50,20 +53,8 @@ class Outcome(StrEnum):
     ERROR = "error"  # we failed (HTTP 5xx)
 
 
-# Replies and requests are built once per admission; plain slotted dataclasses cost a
-# quarter of frozen ones (frozen sets each field through object.__setattr__). Treat them as
-# immutable all the same.
-@dataclass(slots=True)
-class Reply:
-    """An HTTP answer: status, JSON body, and what it means for metrics and logs."""
-
-    http_status: int
-    body: bytes
-    outcome: Outcome
-    uid: str = ""
-    detail: str = ""
-
-
+# Slotted, not frozen: both are built on every admission, where frozen dataclasses cost
+# several times more to construct. Treat them as immutable all the same.
 @dataclass(slots=True)
 class AdmissionRequest:
     """The fields of ``AdmissionReview.request`` the webhook acts on, decoded once."""
@@ -105,7 +96,7 @@ class AdmissionRequest:
 
 
 class MalformedReviewError(Exception):
-    """The body is not a usable AdmissionReview; becomes a 4xx ``errored`` reply."""
+    """The body is not a usable AdmissionReview; becomes a 4xx ``errored`` response."""
 
     def __init__(self, http_status: int, message: str, uid: str = "") -> None:
         super().__init__(message)
@@ -214,73 +205,83 @@ def clean_warnings(warnings: Sequence[str]) -> list[str]:
     return cleaned
 
 
-def _envelope(response: dict[str, Any]) -> bytes:
-    return orjson.dumps({"apiVersion": API_VERSION, "kind": KIND, "response": response})
+@dataclass(slots=True)
+class AdmissionResponse:
+    """The one answer type: what the handler decided plus what HTTP, metrics and logs need.
+
+    ``request`` and ``uid`` are set by ``complete``; ``policy`` names the policy that decided,
+    for the admission log.
+    """
+
+    allowed: bool
+    outcome: Outcome
+    http_status: int = 200
+    patch: Sequence[Mapping[str, Any]] = ()
+    warnings: Sequence[str] = ()
+    code: int = 200
+    message: str = ""
+    policy: str | None = None
+    uid: str = ""
+    request: AdmissionRequest | None = None
+
+    def complete(self, request: AdmissionRequest | None, uid: str = "") -> AdmissionResponse:
+        """Tie the response to its request: the uid every AdmissionReview answer echoes."""
+        self.request = request
+        self.uid = request.uid if request is not None else uid
+        return self
+
+    @property
+    def detail(self) -> str:
+        """What the admission log says besides the outcome."""
+        return f"{len(self.patch)} ops" if self.patch else self.message
 
 
-# The two answers nearly every admission gets (allowed, patched) are put together from
-# constant bytes around the JSON-encoded uid, patch and warnings: the same document
-# ``_envelope`` writes, without building and re-encoding a dict (the base64 patch would be
-# copied into a str and encoded a second time).
-_RESPONSE_PREFIX = b'{"apiVersion":"%s","kind":"%s","response":{"uid":' % (
-    API_VERSION.encode(),
-    KIND.encode(),
-)
-_ALLOWED = b',"allowed":true'
-_PATCH_PREFIX = b',"allowed":true,"patchType":"JSONPatch","patch":"'
-_WARNINGS_PREFIX = b',"warnings":'
-_END = b"}}"
+def allowed(
+    warnings: Sequence[str] = (), *, outcome: Outcome = Outcome.ALLOWED, policy: str | None = None
+) -> AdmissionResponse:
+    return AdmissionResponse(True, outcome, warnings=warnings, policy=policy)
 
 
-def _warnings_json(warnings: Sequence[str]) -> bytes:
-    return _WARNINGS_PREFIX + orjson.dumps(clean_warnings(warnings))
-
-
-def allowed(uid: str, warnings: Sequence[str] = (), outcome: Outcome = Outcome.ALLOWED) -> Reply:
-    body = _RESPONSE_PREFIX + orjson.dumps(uid) + _ALLOWED
-    if warnings:
-        body += _warnings_json(warnings)
-    return Reply(200, body + _END, outcome, uid)
-
-
-def patched(uid: str, patch: Sequence[Mapping[str, Any]], warnings: Sequence[str] = ()) -> Reply:
+def patched(
+    patch: Sequence[Mapping[str, Any]], warnings: Sequence[str] = (), policy: str | None = None
+) -> AdmissionResponse:
     if not patch:
-        return allowed(uid, warnings)
-    encoded = binascii.b2a_base64(orjson.dumps(patch), newline=False)
-    body = _RESPONSE_PREFIX + orjson.dumps(uid) + _PATCH_PREFIX + encoded + b'"'
-    if warnings:
-        body += _warnings_json(warnings)
-    return Reply(200, body + _END, Outcome.PATCHED, uid, f"{len(patch)} ops")
+        return allowed(warnings, policy=policy)
+    return AdmissionResponse(True, Outcome.PATCHED, patch=patch, warnings=warnings, policy=policy)
 
 
-def denied(uid: str, code: int, reasons: Sequence[str], warnings: Sequence[str] = ()) -> Reply:
+def denied(
+    code: int, reasons: Sequence[str], warnings: Sequence[str] = (), policy: str | None = None
+) -> AdmissionResponse:
     message = " ".join(reasons) or "The pod breaks the GPU-sharing policy."
-    response: dict[str, Any] = {
-        "uid": uid,
-        "allowed": False,
-        "status": {
-            "status": "Failure",
-            "code": code,
-            "reason": REASONS_BY_CODE.get(code, "Forbidden"),
-            "message": message,
-        },
-    }
-    if warnings:
-        response["warnings"] = clean_warnings(warnings)
-    return Reply(200, _envelope(response), Outcome.DENIED, uid, message)
+    return AdmissionResponse(
+        False, Outcome.DENIED, code=code, message=message, warnings=warnings, policy=policy
+    )
 
 
-def errored(http_status: int, message: str, uid: str = "") -> Reply:
-    """An HTTP error whose body is still an AdmissionReview echoing ``uid`` where known."""
-    response = {
-        "uid": uid,
-        "allowed": False,
-        "status": {
-            "status": "Failure",
-            "code": http_status,
-            "reason": REASONS_BY_CODE.get(http_status, "InternalError"),
-            "message": message,
-        },
-    }
+def errored(http_status: int, message: str) -> AdmissionResponse:
+    """An HTTP error whose body is still an AdmissionReview (echoing the uid where known)."""
     outcome = Outcome.REJECTED if http_status < 500 else Outcome.ERROR
-    return Reply(http_status, _envelope(response), outcome, uid, message)
+    return AdmissionResponse(
+        False, outcome, http_status=http_status, code=http_status, message=message
+    )
+
+
+def encode_review(response: AdmissionResponse) -> bytes:
+    """The AdmissionReview body for ``response``: the only place answers are serialized."""
+    body: dict[str, Any] = {"uid": response.uid, "allowed": response.allowed}
+    if response.patch:
+        body["patchType"] = "JSONPatch"
+        body["patch"] = binascii.b2a_base64(orjson.dumps(response.patch), newline=False).decode()
+    if not response.allowed:
+        body["status"] = {
+            "status": "Failure",
+            "code": response.code,
+            "reason": REASONS_BY_CODE.get(
+                response.code, "Forbidden" if response.http_status < 400 else "InternalError"
+            ),
+            "message": response.message,
+        }
+    if response.warnings:
+        body["warnings"] = clean_warnings(response.warnings)
+    return orjson.dumps({"apiVersion": API_VERSION, "kind": KIND, "response": body})

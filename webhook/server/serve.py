@@ -14,14 +14,14 @@ from __future__ import annotations
 import ipaddress
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from webhook.core import default_policies_path, load_policies
 from webhook.errors import GpushareError, PolicyError
 from webhook.install.certs import CertificateError, CertificateFiles, ensure_local_certificates
-from webhook.server.settings import ServeSettings
+from webhook.server.settings import DEFAULT_HOST, ServeSettings
 from webhook.server.tls import build_server_context
 
 STATE_DIR_VARIABLE = "GPUSHARE_STATE_DIR"
@@ -40,24 +40,17 @@ def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:
 
 
 @dataclass(frozen=True)
-class ServeRequest:
-    """What the user asked for on the command line (None: use the default)."""
+class CertificateSource:
+    """Where the serving certificate comes from, as the user chose it.
 
-    host: str
-    port: int
-    policies: Path | None
-    tls_cert: Path | None
-    tls_key: Path | None
-    cert_dir: Path | None
-    state_dir: Path | None
-    workers: int | None
-    threads: int
-    exclude_namespaces: Sequence[str]
-    policy_poll_seconds: float
-    max_body_bytes: int
-    keepalive_seconds: int
-    graceful_timeout_seconds: int
-    log_level: str
+    Both ``tls_cert`` and ``tls_key``; else ``cert_dir`` (laid out by ``gpushare certs``);
+    else a local CA and certificate created once in ``state_dir`` (default ``.state``).
+    """
+
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    cert_dir: Path | None = None
+    state_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -86,37 +79,27 @@ def _local_names(
     return dns_names, addresses
 
 
-def prepare(request: ServeRequest) -> Prepared:
-    """Resolve defaults, create local certificates if needed, and check everything loads."""
-    policies = request.policies or default_policies_path()
+def prepare(
+    policies: Path | None,
+    certificates: CertificateSource,
+    tuning: Mapping[str, object] | None = None,
+) -> Prepared:
+    """Resolve defaults, create local certificates if needed, and check everything loads.
+
+    ``tuning`` holds the ``ServeSettings`` fields the user set (by field name); the rest keep
+    the defaults ``ServeSettings`` declares.
+    """
+    policies = policies or default_policies_path()
     try:
         load_policies(policies)
     except PolicyError as error:
         raise ServeError(
             f"The policies in {policies} do not load:\n  " + "\n  ".join(error.problems)
         ) from None
-
-    ca_cert: Path | None
-    if request.tls_cert or request.tls_key:
-        if not (request.tls_cert and request.tls_key):
-            raise ServeError("Pass both --tls-cert and --tls-key, or neither.")
-        tls_cert, tls_key = request.tls_cert, request.tls_key
-        sibling = tls_cert.parent / "ca.crt"
-        ca_cert = sibling if sibling.exists() else None
-    elif request.cert_dir is not None:
-        files = CertificateFiles(request.cert_dir)
-        tls_cert, tls_key = files.serving_cert, files.serving_key
-        ca_cert = files.ca_cert if files.ca_cert.exists() else None
-    else:
-        state_dir = request.state_dir or default_state_dir()
-        dns_names, addresses = _local_names(request.host)
-        try:
-            files = ensure_local_certificates(state_dir / "certs", dns_names, addresses)
-        except (CertificateError, OSError) as error:
-            raise ServeError(
-                f"Cannot create local certificates in {state_dir / 'certs'}: {error}"
-            ) from None
-        tls_cert, tls_key, ca_cert = files.serving_cert, files.serving_key, files.ca_cert
+    tuning = dict(tuning or {})
+    tls_cert, tls_key, ca_cert = _certificate_files(
+        certificates, str(tuning.get("host", DEFAULT_HOST))
+    )
     try:
         build_server_context(tls_cert, tls_key)
     except (OSError, ValueError) as error:
@@ -124,29 +107,37 @@ def prepare(request: ServeRequest) -> Prepared:
             f"The certificate {tls_cert} and key {tls_key} do not load: {error}. Create them "
             "with `gpushare certs`, or leave out the certificate flags for local ones."
         ) from None
-
-    excluded = tuple(dict.fromkeys(("kube-system", *request.exclude_namespaces)))
-    optional: dict[str, object] = {}
-    if request.workers is not None:
-        optional["workers"] = request.workers
     # absolute(), not resolve(): resolving would pin the current target of a Secret or
     # ConfigMap mount's ``..data`` symlink, and the next swap would go unseen.
     settings = ServeSettings(
         tls_cert=tls_cert.absolute(),
         tls_key=tls_key.absolute(),
         policies=policies.absolute(),
-        host=request.host,
-        port=request.port,
-        threads=request.threads,
-        exclude_namespaces=excluded,
-        policy_poll_seconds=request.policy_poll_seconds,
-        max_body_bytes=request.max_body_bytes,
-        keepalive_seconds=request.keepalive_seconds,
-        graceful_timeout_seconds=request.graceful_timeout_seconds,
-        log_level=request.log_level,
-        **optional,  # type: ignore[arg-type]
+        **tuning,  # type: ignore[arg-type]
     )
     return Prepared(settings, ca_cert.absolute() if ca_cert else None)
+
+
+def _certificate_files(source: CertificateSource, host: str) -> tuple[Path, Path, Path | None]:
+    """The serving certificate, its key, and the CA certificate where one is known."""
+    if source.tls_cert or source.tls_key:
+        if not (source.tls_cert and source.tls_key):
+            raise ServeError("Pass both --tls-cert and --tls-key, or neither.")
+        sibling = source.tls_cert.parent / "ca.crt"
+        return source.tls_cert, source.tls_key, sibling if sibling.exists() else None
+    if source.cert_dir is not None:
+        files = CertificateFiles(source.cert_dir)
+        ca = files.ca_cert if files.ca_cert.exists() else None
+        return files.serving_cert, files.serving_key, ca
+    state_dir = source.state_dir or default_state_dir()
+    dns_names, addresses = _local_names(host)
+    try:
+        files = ensure_local_certificates(state_dir / "certs", dns_names, addresses)
+    except (CertificateError, OSError) as error:
+        raise ServeError(
+            f"Cannot create local certificates in {state_dir / 'certs'}: {error}"
+        ) from None
+    return files.serving_cert, files.serving_key, files.ca_cert
 
 
 def service_url(settings: ServeSettings) -> str:

@@ -22,9 +22,9 @@ DEFAULT_PORT = 8443
 # Kubernetes caps request bodies at 3 MiB; controller-runtime reads at most 7 MiB.
 DEFAULT_MAX_BODY_BYTES = 7 * 1024 * 1024
 DEFAULT_POLICY_POLL_SECONDS = 2.0
-# Longer than Go's http.Transport idle timeout (90 s) is not needed: what matters is that
-# the server does not close an idle connection the apiserver is just about to reuse, which
-# a 2 s keep-alive (gunicorn's default) makes likely under light load.
+# The server must not close an idle connection the apiserver is about to reuse, which a 2 s
+# keep-alive (gunicorn's default) makes likely under light load; Go's http.Transport drops
+# idle connections after 90 s itself.
 DEFAULT_KEEPALIVE_SECONDS = 75
 DEFAULT_GRACEFUL_TIMEOUT_SECONDS = 25
 DEFAULT_THREADS = 4
@@ -49,7 +49,6 @@ class ServeSettings:
     port: int = DEFAULT_PORT
     workers: int = dataclasses.field(default_factory=default_workers)
     threads: int = DEFAULT_THREADS
-    exclude_namespaces: tuple[str, ...] = ("kube-system",)
     policy_poll_seconds: float = DEFAULT_POLICY_POLL_SECONDS
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     keepalive_seconds: int = DEFAULT_KEEPALIVE_SECONDS
@@ -65,8 +64,7 @@ class ServeSettings:
         values: dict[str, str] = {}
         for item in dataclasses.fields(self):
             value = getattr(self, item.name)
-            text = ",".join(value) if isinstance(value, tuple) else str(value)
-            values[ENV_PREFIX + item.name.upper()] = text
+            values[ENV_PREFIX + item.name.upper()] = str(value)
         return values
 
     @classmethod
@@ -115,8 +113,6 @@ def _parse(name: str, text: str) -> object:
             if seconds <= 0:
                 raise ValueError
             return seconds
-        if name == "exclude_namespaces":
-            return tuple(part.strip() for part in text.split(",") if part.strip())
     except ValueError:
         raise SettingsError(f"{variable}={text!r} must be a positive number.") from None
     return text
