@@ -118,6 +118,7 @@ def test_serve_flags_reach_the_settings(tmp_path: Path, monkeypatch: pytest.Monk
     (settings,) = started
     assert (settings.port, settings.threads, settings.max_body_bytes) == (9443, 2, 4096)
     assert (settings.keepalive_seconds, settings.graceful_timeout_seconds) == (9, 7)
-    assert settings.policy_poll_seconds == ServeSettings.__dataclass_fields__[
-        "policy_poll_seconds"
-    ].default
+    assert (
+        settings.policy_poll_seconds
+        == ServeSettings.__dataclass_fields__["policy_poll_seconds"].default
+    )
