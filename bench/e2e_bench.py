@@ -5,7 +5,7 @@ Run from the repository root (builds or reuses the Go harness, like the e2e test
     .venv/bin/python bench/e2e_bench.py                       # about 2 minutes
     .venv/bin/python bench/e2e_bench.py --count 100 --rounds 1   # quick look
 
-Starts the e2e control plane of tests/e2e/controlplane.py (etcd + kube-apiserver; no
+Starts the e2e control plane of harness/controlplane.py (etcd + kube-apiserver; no
 scheduler, so nothing but the creates loads the machine) and `gpushare serve` with
 certificates from `gpushare certs` and the bundled policies, exactly as the e2e fixtures do.
 Then, side by side in one run, it creates the same annotated pod (gpu-fraction "0.5",
@@ -38,7 +38,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -51,19 +50,17 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests/e2e"))
 
 from kubernetes import client as k8s  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-from webhookserver import (  # noqa: E402
-    APPLIED_ANNOTATION,
-    GpushareWebhook,
-    WebhookServer,
-    ensure_namespace,
-)
 
+from harness.api import ensure_namespace  # noqa: E402
+from harness.binary import HarnessBuildError, build_binary  # noqa: E402
 from harness.controlplane import ControlPlane  # noqa: E402
 from harness.processes import LOOPBACK  # noqa: E402
+from harness.registration import GpushareWebhook  # noqa: E402
+from harness.webhookserver import WebhookServer  # noqa: E402
+from webhook.constants import APPLIED_ANNOTATION  # noqa: E402
 
 NAMESPACE = "bench"
 PROBE_NAMESPACE = "bench-probe"
@@ -382,13 +379,11 @@ def main(argv: list[str] | None = None) -> int:
     concurrencies: list[int] = args.concurrency or [1, 8]
     deadline = time.monotonic() + args.max_seconds
 
-    build = subprocess.run(
-        [str(REPO / "harness/build.sh")], capture_output=True, text=True, check=False
-    )
-    if build.returncode != 0:
-        print(build.stderr, file=sys.stderr)
+    try:
+        binary = build_binary()
+    except HarnessBuildError as exc:
+        print(exc, file=sys.stderr)
         return 2
-    binary = Path(build.stdout.strip().splitlines()[-1])
     workdir = Path(tempfile.mkdtemp(prefix="gpushare-e2e-bench-"))
     policies = workdir / "policies"
     policies.mkdir()

@@ -323,9 +323,3 @@ class ControlPlane:
     def logs(self, lines: int = LOG_TAIL_LINES) -> str:
         """The tail of every component's log, for failure reports."""
         return "\n".join(c.log_tail(lines) for c in self.components)
-
-
-def as_json(api: k8s.ApiClient, obj: object) -> dict[str, Any]:
-    """A client model as the API serves it (camelCase keys, unset fields absent)."""
-    data: dict[str, Any] = api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
-    return data

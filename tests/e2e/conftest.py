@@ -1,6 +1,6 @@
 """Session fixtures for the end-to-end tests: the harness binary and a running control plane,
 and gpushare's webhook served (`webhook_server`, session) and registered
-(`gpushare_webhook`, per module; see webhookserver.py).
+(`gpushare_webhook`, per module; see harness/webhookserver.py and harness/registration.py).
 
 Every test collected under tests/e2e/ gets the `e2e` marker, and its pytest-timeout budget
 covers the test body only: building the harness (minutes when cold) and starting the
@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 import uuid
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
@@ -22,13 +20,15 @@ import yaml
 from gpu_nodes import FakeGpuNode, create_fake_node
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from webhookserver import GpushareWebhook, WebhookServer, ensure_namespace
 
+from harness.api import ensure_namespace
+from harness.binary import HarnessBuildError, build_binary
 from harness.controlplane import ControlPlane
+from harness.registration import GpushareWebhook
+from harness.webhookserver import WebhookServer
 
 E2E_DIR = Path(__file__).resolve().parent
-HARNESS_DIR = E2E_DIR.parents[1] / "harness"
-# A cold build (empty Go caches) took about 7 minutes on 2 cores; allow for slower hosts.
+# A cold build (empty Go caches) compiles much of Kubernetes; leave room for slow hosts.
 BUILD_TIMEOUT_S = float(os.environ.get("GPUSHARE_HARNESS_BUILD_TIMEOUT", "2400"))
 # Where the session's control plane is kept, so failure reports can show its logs.
 CONTROL_PLANE_KEY = pytest.StashKey[ControlPlane]()
@@ -65,34 +65,10 @@ def harness_binary() -> Path:
 
     A failed build fails the tests with the build log: e2e tests are never skipped.
     """
-    # Own process group, so a timeout stops the go toolchain too, not only the script.
-    with subprocess.Popen(
-        [str(HARNESS_DIR / "build.sh")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    ) as build:
-        try:
-            stdout, stderr = build.communicate(timeout=BUILD_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(build.pid, signal.SIGKILL)
-            stdout, stderr = build.communicate()
-            pytest.fail(
-                f"harness/build.sh took over {BUILD_TIMEOUT_S:.0f}s\n{stderr}",
-                pytrace=False,
-            )
-    lines = stdout.strip().splitlines()
-    if build.returncode != 0 or not lines:
-        pytest.fail(
-            f"harness/build.sh failed (exit {build.returncode})\n"
-            f"--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
-            pytrace=False,
-        )
-    binary = Path(lines[-1])
-    if not os.access(binary, os.X_OK):
-        pytest.fail(f"build.sh printed {binary}, which is not an executable file")
-    return binary
+    try:
+        return build_binary(BUILD_TIMEOUT_S)
+    except HarnessBuildError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture(scope="session")

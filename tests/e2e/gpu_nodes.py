@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from kubernetes import client as k8s
 
-from harness.controlplane import as_json
+from harness.api import as_json
 
 
 @dataclass(frozen=True)

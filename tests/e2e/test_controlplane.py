@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-from conftest import HARNESS_DIR, unique_name
+from conftest import unique_name
 from gpu_nodes import FakeGpuNode
 from kubernetes import client as k8s
 
-from harness.controlplane import ControlPlane, as_json
+from harness.api import as_json
+from harness.binary import HARNESS_DIR
+from harness.controlplane import ControlPlane
 from harness.processes import wait_for
 
 SHARED = "nvidia.com/gpu.shared"

@@ -28,9 +28,11 @@ import pytest
 import yaml
 from conftest import REPO
 from kubernetes import client as k8s
-from webhookserver import Registration, gpushare, webhook_configuration
 
-from harness.controlplane import ControlPlane, as_json
+from harness.api import as_json
+from harness.cli import gpushare, webhook_configuration
+from harness.controlplane import ControlPlane
+from harness.registration import Registration
 from webhook.install.certs import service_dns_names
 from webhook.server.settings import ServeSettings
 

@@ -23,16 +23,11 @@ import pytest
 from conftest import unique_name
 from gpu_nodes import FakeGpuNode
 from kubernetes import client as k8s
-from webhookserver import (
-    SHARED_RESOURCE,
-    GpushareWebhook,
-    annotated_pod,
-    create_pod,
-    plain_pod,
-)
+from pods import annotated_pod, plain_pod
 
-from harness.controlplane import as_json
+from harness.api import as_json, create_pod
 from harness.processes import wait_for
+from harness.registration import SHARED_RESOURCE, GpushareWebhook
 from webhook.constants import (
     APPLIED_ANNOTATION,
 )

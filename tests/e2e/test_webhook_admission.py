@@ -20,24 +20,18 @@ import yaml
 from conftest import REPO, unique_name
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from webhookserver import (
+from pods import annotated_pod, plain_pod
+from prediction import Prediction, as_admitted, predict, webhook_input
+
+from harness.api import as_json, create_pod, ensure_namespace, status_message
+from harness.controlplane import ControlPlane
+from harness.registration import (
     MUTATING_WEBHOOK,
     SHARED_RESOURCE,
     VALIDATING_WEBHOOK,
     GpushareWebhook,
-    Prediction,
-    annotated_pod,
-    as_admitted,
-    create_pod,
-    ensure_namespace,
     excluded_namespaces,
-    plain_pod,
-    predict,
-    status_message,
-    webhook_input,
 )
-
-from harness.controlplane import ControlPlane, as_json
 from webhook.constants import (
     APPLIED_ANNOTATION,
     FRACTION_ANNOTATION,

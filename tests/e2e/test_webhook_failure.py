@@ -23,21 +23,18 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from webhookserver import (
+from network_faults import DelayingProxy, closed_port
+from pods import annotated_pod, plain_pod
+
+from harness.api import as_json, create_pod, status_message
+from harness.controlplane import ControlPlane
+from harness.registration import (
     MUTATING_WEBHOOK,
     SHARED_RESOURCE,
     VALIDATING_WEBHOOK,
-    DelayingProxy,
     GpushareWebhook,
     Probe,
-    annotated_pod,
-    closed_port,
-    create_pod,
-    plain_pod,
-    status_message,
 )
-
-from harness.controlplane import ControlPlane, as_json
 from webhook.constants import (
     APPLIED_ANNOTATION,
 )

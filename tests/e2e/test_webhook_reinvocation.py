@@ -6,7 +6,7 @@ requires such webhooks to be idempotent: called on its own output (plus another
 webhook's change) gpushare must answer without a patch, and the pod must stay exactly
 what gpushare planned.
 
-The second webhook is test-only: a small TLS server in this process (webhookserver.
+The second webhook is test-only: a small TLS server in this process (admission_server.
 AdmissionServer, with its own certificate from `gpushare certs`) that adds a label and an
 env var to every container unless present, also with IfNeeded. Mutating webhooks run in
 the order of their configurations' names, so "aa-..." runs before "gpushare" and
@@ -25,20 +25,15 @@ from typing import Any
 
 import jsonpatch
 import pytest
+from admission_server import AdmissionServer
 from kubernetes import client as k8s
-from webhookserver import (
-    AdmissionServer,
-    GpushareWebhook,
-    annotated_pod,
-    as_admitted,
-    create_pod,
-    plain_pod,
-    predict,
-    webhook_input,
-    write_certificates,
-)
+from pods import annotated_pod, plain_pod
+from prediction import as_admitted, predict, webhook_input
 
+from harness.api import create_pod
+from harness.cli import write_certificates
 from harness.processes import wait_for
+from harness.registration import GpushareWebhook
 from webhook.constants import (
     APPLIED_ANNOTATION,
 )
