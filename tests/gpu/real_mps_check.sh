@@ -91,11 +91,11 @@ EOF
 launcher_pid=$!
 started=1
 for _ in $(seq 1 60); do
-  if grep -q '"event": "daemon_started"' "$launcher_log"; then started=0; break; fi
+  if grep -q '"event":"daemon_started"' "$launcher_log"; then started=0; break; fi
   if ! kill -0 "$launcher_pid" 2>/dev/null; then break; fi
   sleep 1
 done
-check "launcher started the daemon" $started "$(grep -o '"event": "[a-z_]*"' "$launcher_log" | tr '\n' ' ')"
+check "launcher started the daemon" $started "$(grep -o '"event":"[a-z_]*"' "$launcher_log" | tr '\n' ' ')"
 if [ $started -ne 0 ]; then cat "$launcher_log"; printf '%s\n' "${results[@]}"; exit 1; fi
 daemon_threads="$(control get_default_active_thread_percentage | tr -d ' \n')"
 [ "${daemon_threads%.*}" = "$threads" ]; check "daemon thread default" $? "daemon reports ${daemon_threads}, want ${threads}"
@@ -152,9 +152,9 @@ done
 kill -TERM "$launcher_pid"
 code=0; wait "$launcher_pid" || code=$?
 launcher_pid=""
-[ $code -eq 0 ] || grep -q '"label_removed": false' "$launcher_log"
+[ $code -eq 0 ] || grep -q '"label_removed":false' "$launcher_log"
 check "launcher stopped on SIGTERM" $? "exit ${code} (1 means only that the unreachable apiserver kept the label from being removed)"
-grep -q '"event": "daemon_quit"' "$launcher_log" && ! pgrep -f "nvidia-cuda-mps-control -d" >/dev/null
+grep -q '"event":"daemon_quit"' "$launcher_log" && ! pgrep -f "nvidia-cuda-mps-control -d" >/dev/null
 check "daemon quit" $? "daemon_quit event and no nvidia-cuda-mps-control -d left"
 mode_after="$(nvidia-smi -i 0 --query-gpu=compute_mode --format=csv,noheader)"
 [ "$mode_after" = "$mode_before" ]; check "compute mode restored" $? "${mode_before} -> ${mode_during} -> ${mode_after}"

@@ -63,7 +63,7 @@ def the_error(result: subprocess.CompletedProcess[str]) -> str:
     (error,) = error_lines(result.stderr)
     assert error["event"] == "startup_failed"
     assert "Traceback" not in result.stderr
-    return str(error["msg"])
+    return str(error["message"])
 
 
 @pytest.fixture

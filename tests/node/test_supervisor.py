@@ -99,11 +99,12 @@ def running(setup: Setup) -> Iterator[Running]:
 
 
 def events(caplog: pytest.LogCaptureFixture, name: str) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if getattr(r, "gpushare_event", None) == name]
+    return [r for r in caplog.records if getattr(r, "event", None) == name]
 
 
 def fields(record: logging.LogRecord) -> dict[str, Any]:
-    return dict(getattr(record, "gpushare_fields", {}))
+    """The record's attributes; ``emit`` puts the event's fields among them."""
+    return dict(vars(record))
 
 
 @pytest.fixture(autouse=True)

@@ -1,52 +1,37 @@
-"""Structured event log of the node side: one JSON line per event, with a full sentence.
+"""The node side's event log: every transition the launcher reports, one JSON line each.
 
-Every event the launcher reports (daemon started, died, restarted, fault, label published,
-compute mode degraded...) goes through ``emit`` so each is one line with a stable ``event``
-name that log pipelines can match, plus the fields that explain it.
+Every event (daemon started, died, restarted, fault, label published, compute mode
+degraded...) goes through ``emit``, so each line carries a stable ``event`` name that log
+pipelines can match, a full-sentence ``message``, and the fields that explain it, all as
+top-level keys of the project's one log format (``webhook.json_logging``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import sys
-import time
 from typing import IO
+
+from webhook.json_logging import json_handler
 
 LOGGER_NAME = "gpushare.node"
 _LOGGER = logging.getLogger(LOGGER_NAME)
 
 FieldValue = str | int | float | bool | None | list[int] | list[str]
 
+# Keys the log format writes itself; an event field of the same name would overwrite them.
+_FORMAT_KEYS = frozenset({"time", "level", "logger", "message", "exception"})
+
 
 def emit(event: str, message: str, *, level: int = logging.INFO, **fields: FieldValue) -> None:
     """Log ``event`` with a human sentence and machine-readable fields."""
-    _LOGGER.log(level, message, extra={"gpushare_event": event, "gpushare_fields": fields})
-
-
-class JsonLineFormatter(logging.Formatter):
-    """Formats a record as one JSON object: time, level, event, msg, then the event's fields."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, object] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "event": getattr(record, "gpushare_event", record.name),
-            "msg": record.getMessage(),
-        }
-        fields = getattr(record, "gpushare_fields", None)
-        if isinstance(fields, dict):
-            line.update(fields)
-        if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line, default=str)
+    clashes = _FORMAT_KEYS & fields.keys()
+    if clashes:
+        raise ValueError(f"Event {event!r} has fields {sorted(clashes)} the log format owns.")
+    _LOGGER.log(level, message, extra={"event": event, **fields})
 
 
 def configure(stream: IO[str] | None = None, level: int = logging.INFO) -> None:
     """Send the node side's events to ``stream`` (stderr by default) as JSON lines."""
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonLineFormatter())
-    _LOGGER.handlers[:] = [handler]
+    _LOGGER.handlers[:] = [json_handler(stream)]
     _LOGGER.setLevel(level)
     _LOGGER.propagate = False
