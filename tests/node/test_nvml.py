@@ -1,4 +1,4 @@
-"""GPU discovery: the refusals, the compute-mode switch, and the pynvml implementation."""
+"""GPU discovery: the refusals, the fake inventory file the tests use, and the pynvml code."""
 
 from __future__ import annotations
 
@@ -16,8 +16,6 @@ from webhook.node.nvml import (
     GpuDevice,
     PynvmlNvml,
     discover_gpus,
-    restore_compute_modes,
-    set_exclusive_process,
 )
 
 
@@ -56,22 +54,6 @@ def test_mig_enabled_gpus_are_refused() -> None:
 def test_volta_and_newer_are_served() -> None:
     gpus = discover_gpus(FakeNvml(gpus=[gpu(0, cc=(7, 0)), gpu(1, cc=(9, 0))]))
     assert [g.index for g in gpus] == [0, 1]
-
-
-def test_exclusive_process_is_set_where_needed_and_restored() -> None:
-    nvml = FakeNvml(gpus=[gpu(0), GpuDevice(1, "u", "n", 1, (8, 0), ComputeMode.EXCLUSIVE_PROCESS)])
-    previous = set_exclusive_process(nvml, nvml.devices())
-    assert previous == {0: ComputeMode.DEFAULT}
-    assert nvml.compute_mode_changes == [(0, ComputeMode.EXCLUSIVE_PROCESS)]
-    restore_compute_modes(nvml, previous)
-    assert nvml.gpus[0].compute_mode is ComputeMode.DEFAULT
-
-
-def test_without_permission_nothing_stays_half_changed() -> None:
-    nvml = FakeNvml(gpus=[gpu(0)], compute_mode_permission=False)
-    with pytest.raises(ComputeModePermissionError, match="CAP_SYS_ADMIN"):
-        set_exclusive_process(nvml, nvml.devices())
-    assert nvml.gpus[0].compute_mode is ComputeMode.DEFAULT
 
 
 def test_fake_inventory_file(tmp_path: Path) -> None:

@@ -9,15 +9,18 @@ stdout (``echo get_server_list | nvidia-cuda-mps-control``). Both find each othe
 drives it the same way (k8s-device-plugin, cmd/mps-control-daemon/mps/daemon.go).
 
 ``MpsDefaults`` are the ``set_default_*`` commands derived from the node's pool;
-``MpsControl`` starts the daemon, sends commands with a timeout and parses the answers.
+``MpsControl`` starts the daemon, sends commands with a timeout and parses the answers, and
+stops the daemon (``quit``, then signals for one that stays).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -27,6 +30,7 @@ from pathlib import Path
 
 from webhook.core import Allocation
 from webhook.node.errors import MpsControlError, NodeSetupError
+from webhook.node.events import emit
 from webhook.node.nvml import GpuDevice
 from webhook.node.pools import PoolRef
 
@@ -288,6 +292,32 @@ class MpsControl:
     def quit(self) -> None:
         self.send("quit")
 
+    # -- stopping -----------------------------------------------------------------------
+
+    def stop_daemon(self, *, graceful: bool, quit_timeout_s: float) -> None:
+        """``quit`` the daemon (if graceful) and wait for it, then make sure it is gone:
+        SIGTERM, then SIGKILL. Each step is an event; nothing raises."""
+        pid = self.daemon_pid()
+        if pid is None or not process_alive(pid):
+            return
+        if graceful:
+            try:
+                self.quit()
+                emit("daemon_quit", "Sent quit to the MPS control daemon.", pid=pid)
+            except MpsControlError as exc:
+                emit("daemon_quit_failed", f"quit failed: {exc}", level=logging.WARNING)
+        if _wait_gone(pid, quit_timeout_s if graceful else 0.0):
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                return
+            if _wait_gone(pid, 5.0):
+                emit("daemon_killed", f"MPS control daemon ended with {sig.name}.", pid=pid)
+                return
+        emit("daemon_kill_failed", "The MPS control daemon survived SIGKILL.", pid=pid)
+
 
 def process_alive(pid: int) -> bool:
     """Whether ``pid`` runs and is not a zombie; reaps it if it is our dead child.
@@ -306,3 +336,13 @@ def process_alive(pid: int) -> bool:
             os.waitpid(pid, os.WNOHANG)
         return False
     return True
+
+
+def _wait_gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if not process_alive(pid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)

@@ -7,13 +7,12 @@ implementation lives with them (tests/node/fake_nvml.py).
 
 ``discover_gpus`` turns the inventory into the GPUs the daemon may serve, or refuses with one
 clear error: no NVML library, no GPUs, a GPU older than Volta, or a GPU in MIG mode.
-``set_exclusive_process`` switches the compute mode as NVIDIA recommends for MPS.
+Switching compute modes for MPS is ``webhook.node.compute_mode``'s business.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Protocol
@@ -189,32 +188,3 @@ def _unsupported(gpu: GpuDevice) -> str | None:
         # manage; NVIDIA's device plugin likewise refuses MPS on MIG devices.
         return f"GPU {gpu.index} ({gpu.name}) is in MIG mode; disable MIG (nvidia-smi -mig 0)"
     return None
-
-
-def set_exclusive_process(nvml: Nvml, gpus: Sequence[GpuDevice]) -> dict[int, ComputeMode]:
-    """Put every GPU into EXCLUSIVE_PROCESS; return the modes changed, to restore on exit.
-
-    NVIDIA recommends EXCLUSIVE_PROCESS under MPS so that only the MPS server holds a
-    context: a process that bypasses the daemon cannot then share the GPU unlimited.
-    ComputeModePermissionError propagates; the caller decides how to run degraded.
-    """
-    changed: dict[int, ComputeMode] = {}
-    try:
-        for gpu in gpus:
-            if gpu.compute_mode is ComputeMode.EXCLUSIVE_PROCESS:
-                continue
-            nvml.set_compute_mode(gpu.index, ComputeMode.EXCLUSIVE_PROCESS)
-            changed[gpu.index] = gpu.compute_mode
-    except ComputeModePermissionError:
-        # All or nothing: a node half in EXCLUSIVE_PROCESS would be degraded in a way no
-        # annotation describes.
-        restore_compute_modes(nvml, changed)
-        raise
-    return changed
-
-
-def restore_compute_modes(nvml: Nvml, previous: Mapping[int, ComputeMode]) -> None:
-    """Put back the compute modes ``set_exclusive_process`` changed (as NVIDIA's daemon does
-    when it stops: cmd/mps-control-daemon/mps/daemon.go, Stop)."""
-    for index, mode in previous.items():
-        nvml.set_compute_mode(index, mode)

@@ -1,6 +1,8 @@
 """Keeping one node's MPS control daemon healthy, and telling the cluster whether it is.
 
-The supervisor owns the daemon's life cycle and the node's readiness:
+The supervisor owns the daemon's life cycle and decides when the node is ready; it drives
+``compute_mode`` (the GPUs' mode), ``mps_control`` (the daemon) and ``readiness`` (label and
+annotations on the Node):
 
 1. remove a ready label a previous launcher may have left (not ready until proven);
 2. put the GPUs in EXCLUSIVE_PROCESS where the policy asks (degraded, not fatal, without
@@ -21,27 +23,18 @@ goes to the daemon, then the compute modes are restored.
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from webhook.constants import (
-    ANNOTATION_PREFIX,
-)
-from webhook.node.errors import ComputeModePermissionError, MpsControlError, NodeApiError
+from webhook.node.compute_mode import ComputeModes
+from webhook.node.errors import MpsControlError
 from webhook.node.events import emit
-from webhook.node.mps_control import MpsControl, MpsDefaults, ServerStatus, process_alive
+from webhook.node.mps_control import MpsControl, MpsDefaults, ServerStatus
 from webhook.node.node_api import NodeApi
-from webhook.node.nvml import (
-    ComputeMode,
-    GpuDevice,
-    Nvml,
-    restore_compute_modes,
-    set_exclusive_process,
-)
+from webhook.node.nvml import GpuDevice, Nvml
+from webhook.node.readiness import NodeReadiness, node_annotations
 from webhook.node.status_server import Health, LauncherMetrics, loop_alive
 
 
@@ -66,29 +59,6 @@ def backoff_delay(failures: int, settings: SupervisorSettings) -> float:
     return float(min(settings.backoff_max_s, settings.backoff_initial_s * 2.0**exponent))
 
 
-def node_annotations(
-    pool_name: str, gpus: Sequence[GpuDevice], defaults: MpsDefaults, exclusive: bool
-) -> dict[str, str]:
-    """What the node advertises next to the ready label."""
-    annotations = {
-        f"{ANNOTATION_PREFIX}mps-pool": pool_name,
-        f"{ANNOTATION_PREFIX}mps-gpus": str(len(gpus)),
-        f"{ANNOTATION_PREFIX}mps-gpu-memory-mib": str(min(g.memory_mib for g in gpus)),
-        f"{ANNOTATION_PREFIX}mps-compute-mode": (
-            ComputeMode.EXCLUSIVE_PROCESS.name if exclusive else "DEFAULT (degraded)"
-        ),
-    }
-    if defaults.active_thread_percentage is not None:
-        annotations[f"{ANNOTATION_PREFIX}mps-active-thread-percentage"] = str(
-            defaults.active_thread_percentage
-        )
-    if defaults.pinned_memory_mib:
-        annotations[f"{ANNOTATION_PREFIX}mps-pinned-memory-mib"] = str(
-            min(defaults.pinned_memory_mib.values())
-        )
-    return annotations
-
-
 class MpsSupervisor:
     """Runs the daemon for one node until ``stop`` is set."""
 
@@ -111,16 +81,11 @@ class MpsSupervisor:
         self.gpus = tuple(gpus)
         self.defaults = defaults
         self.node = node
-        self.ready_label = ready_label
         self.pool_name = pool_name
-        self.set_exclusive = set_exclusive
         self.settings = settings
         self.metrics = metrics
-        self.annotations: dict[str, str] = {}
-        self._previous_modes: dict[int, ComputeMode] = {}
-        self._published: bool | None = None  # None: unknown (never written, or write failed)
-        self._ready = False
-        self._not_ready_reason = "starting"
+        self.compute_modes = ComputeModes(nvml, self.gpus, set_exclusive=set_exclusive)
+        self.readiness = NodeReadiness(node, ready_label, metrics)
         self._failures = 0
         self._strikes = 0
         self._started_at = 0.0
@@ -132,15 +97,16 @@ class MpsSupervisor:
     # -- probes -------------------------------------------------------------------------
 
     def health(self) -> Health:
+        state = self.readiness.state()
         with self._lock:
             return Health(
                 alive=loop_alive(self._last_tick, self.settings.check_interval_s),
-                ready=self._ready and self._published is True,
+                ready=state.ready and state.published is True,
                 detail={
                     "node": self.node.node_name,
                     "pool": self.pool_name,
-                    "labelPublished": self._published,
-                    "reason": None if self._ready else self._not_ready_reason,
+                    "labelPublished": state.published,
+                    "reason": None if state.ready else state.reason,
                     "faultedServers": list(self._faulted),
                 },
             )
@@ -154,7 +120,7 @@ class MpsSupervisor:
             self.start()
         except BaseException:
             self._teardown_daemon()
-            self._restore_compute_modes()
+            self.compute_modes.restore()
             raise
         while not stop.wait(self.settings.check_interval_s):
             self.check(stop)
@@ -165,9 +131,11 @@ class MpsSupervisor:
         self._tick()
         self._set_ready(False, "starting")
         self.metrics.gpus.set(len(self.gpus))
-        exclusive = self._apply_compute_mode()
+        exclusive = self.compute_modes.apply()
         self.metrics.exclusive_process.set(1 if exclusive else 0)
-        self.annotations = node_annotations(self.pool_name, self.gpus, self.defaults, exclusive)
+        self.readiness.annotations = node_annotations(
+            self.pool_name, self.gpus, self.defaults, exclusive
+        )
         self._start_daemon()
         emit(
             "daemon_started",
@@ -178,35 +146,6 @@ class MpsSupervisor:
             commands=self.defaults.commands(),
         )
         self._set_ready_unless_servers_lack_defaults()
-
-    def _apply_compute_mode(self) -> bool:
-        if not self.set_exclusive:
-            emit(
-                "compute_mode_unchanged",
-                "The policy sets setExclusiveProcess: false; GPUs keep their compute mode.",
-                modes=[g.compute_mode.name for g in self.gpus],
-            )
-            return all(g.compute_mode is ComputeMode.EXCLUSIVE_PROCESS for g in self.gpus)
-        try:
-            self._previous_modes = set_exclusive_process(self.nvml, self.gpus)
-        except ComputeModePermissionError as exc:
-            emit(
-                "compute_mode_degraded",
-                f"{exc} Continuing in DEFAULT compute mode: MPS limits still apply to "
-                "clients that use the daemon, but a process that bypasses it (another pipe "
-                "directory, or CUDA_MPS_PIPE_DIRECTORY unset) can open its own context on "
-                "these GPUs without limits. Run the DaemonSet privileged to fix this.",
-                level=logging.WARNING,
-                missing="CAP_SYS_ADMIN (privileged container) for nvmlDeviceSetComputeMode",
-            )
-            return False
-        if self._previous_modes:
-            emit(
-                "compute_mode_set",
-                "GPUs set to EXCLUSIVE_PROCESS so only the MPS server holds a context.",
-                gpus=sorted(self._previous_modes),
-            )
-        return True
 
     def _start_daemon(self) -> None:
         """Start the daemon, apply defaults, probe; MpsControlError if any step fails."""
@@ -342,9 +281,9 @@ class MpsSupervisor:
     def shutdown(self) -> int:
         """Label off, ``quit``, compute modes back. 1 if the label could not be removed."""
         self._tick()
-        removed = self._unpublish_everything()
+        removed = self.readiness.withdraw()
         self._teardown_daemon()
-        self._restore_compute_modes()
+        self.compute_modes.restore()
         self.nvml.shutdown()
         self.metrics.daemon_up.set(0)
         emit("stopped", "MPS daemon launcher stopped.", label_removed=removed)
@@ -374,121 +313,7 @@ class MpsSupervisor:
             self._last_tick = time.monotonic()
 
     def _set_ready(self, ready: bool, reason: str) -> None:
-        with self._lock:
-            self._ready = ready
-            self._not_ready_reason = reason
-        if self._published is ready:
-            return
-        try:
-            if ready:
-                self.node.patch_metadata(
-                    labels={self.ready_label: "true"}, annotations=self.annotations
-                )
-            else:
-                self.node.patch_metadata(labels={self.ready_label: None})
-        except NodeApiError as exc:
-            with self._lock:
-                self._published = None
-            self.metrics.node_ready.set(0)
-            emit(
-                "node_patch_failed",
-                f"{exc} Will retry at the next check.",
-                level=logging.WARNING,
-                want_ready=ready,
-            )
-            return
-        with self._lock:
-            self._published = ready
-        self.metrics.node_ready.set(1 if ready else 0)
-        if ready:
-            emit(
-                "node_ready",
-                f"Node {self.node.node_name} labelled {self.ready_label}=true.",
-                node=self.node.node_name,
-            )
-        else:
-            emit(
-                "node_not_ready",
-                f"Label {self.ready_label} removed from node {self.node.node_name}: {reason}.",
-                node=self.node.node_name,
-                reason=reason,
-            )
-
-    def _unpublish_everything(self) -> bool:
-        removals: dict[str, str | None] = dict.fromkeys(self.annotations)
-        try:
-            self.node.patch_metadata(labels={self.ready_label: None}, annotations=removals)
-        except NodeApiError as exc:
-            emit(
-                "node_patch_failed",
-                f"{exc} The node may still advertise MPS: remove the label "
-                f"{self.ready_label} by hand.",
-                level=logging.ERROR,
-                want_ready=False,
-            )
-            return False
-        with self._lock:
-            self._published = False
-            self._ready = False
-            self._not_ready_reason = "stopping"
-        self.metrics.node_ready.set(0)
-        emit(
-            "node_not_ready",
-            f"Label {self.ready_label} and MPS annotations removed from node "
-            f"{self.node.node_name}: shutting down.",
-            node=self.node.node_name,
-            reason="shutdown",
-        )
-        return True
+        self.readiness.set(ready, reason)
 
     def _teardown_daemon(self, *, graceful: bool = True) -> None:
-        """``quit`` the daemon (if graceful), then make sure it is gone."""
-        pid = self.control.daemon_pid()
-        if pid is None or not process_alive(pid):
-            return
-        if graceful:
-            try:
-                self.control.quit()
-                emit("daemon_quit", "Sent quit to the MPS control daemon.", pid=pid)
-            except MpsControlError as exc:
-                emit("daemon_quit_failed", f"quit failed: {exc}", level=logging.WARNING)
-        if _wait_gone(pid, self.settings.quit_timeout_s if graceful else 0.0):
-            return
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                return
-            if _wait_gone(pid, 5.0):
-                emit("daemon_killed", f"MPS control daemon ended with {sig.name}.", pid=pid)
-                return
-        emit("daemon_kill_failed", "The MPS control daemon survived SIGKILL.", pid=pid)
-
-    def _restore_compute_modes(self) -> None:
-        if not self._previous_modes:
-            return
-        try:
-            restore_compute_modes(self.nvml, self._previous_modes)
-        except Exception as exc:  # best effort on the way out; the event says what failed
-            emit(
-                "compute_mode_restore_failed",
-                f"Could not restore the GPUs' compute modes: {exc}",
-                level=logging.WARNING,
-            )
-            return
-        emit(
-            "compute_mode_restored",
-            "GPU compute modes restored.",
-            gpus=sorted(self._previous_modes),
-        )
-        self._previous_modes = {}
-
-
-def _wait_gone(pid: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if not process_alive(pid):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
+        self.control.stop_daemon(graceful=graceful, quit_timeout_s=self.settings.quit_timeout_s)
