@@ -52,7 +52,6 @@ from webhook.server.settings import ServeSettings  # noqa: E402
 
 SERVICE_APP = "webhook.server.wsgi:app"
 FLOOR_APP = "bench.floor_app:app"
-FLOOR_BYPASS_APP = "bench.floor_app:bypass_app"
 TRANSPORT_ONLY_APP = "bench.transport_only_app:app"
 GUNICORN_CONFIG = "python:webhook.server.gunicorn_conf"
 CONCURRENCIES = (1, 8, 32)
@@ -265,9 +264,11 @@ def free_port() -> int:
 
 
 def start_server(
-    name: str, app: str, settings: ServeSettings, work: Path, log_level: str
+    name: str, app: str, settings: ServeSettings, work: Path, log_level: str, checkout: Path
 ) -> Server:
+    """Start gunicorn serving ``app`` from ``checkout`` (its code first on the path)."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("GPUSHARE_")}
+    environ["PYTHONPATH"] = str(checkout)
     environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
     environ.update(settings.to_environ())
     environ["GPUSHARE_LOG_LEVEL"] = log_level
@@ -275,7 +276,7 @@ def start_server(
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "--config", GUNICORN_CONFIG, app],
-            cwd=REPO,
+            cwd=checkout,
             env=environ,
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -418,11 +419,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=4.0, help="seconds per wrk run")
     parser.add_argument("--rounds", type=int, default=5, help="floor/service alternations")
     parser.add_argument(
-        "--floor",
-        choices=("flask", "bypass"),
-        default="flask",
-        help="flask: admission POST routed by Flask (issue 3's floor); bypass: answered by a "
-        "WSGI layer in front of Flask, as the service does",
+        "--baseline",
+        type=Path,
+        metavar="CHECKOUT",
+        help="also run the service of another checkout (e.g. a `git worktree` of main) in "
+        "the same rounds, and print its CPU per request beside this one's",
     )
     parser.add_argument("--workers", type=int, help="gunicorn workers (default: as serve)")
     parser.add_argument("--threads", type=int, help="gunicorn threads per worker")
@@ -439,11 +440,12 @@ def main(argv: list[str] | None = None) -> int:
         print("wrk is not installed: apt-get install wrk", file=sys.stderr)
         return 2
     concurrencies = tuple(args.concurrency or CONCURRENCIES)
-    floor_app = FLOOR_BYPASS_APP if args.floor == "bypass" else FLOOR_APP
-    apps = [("floor", floor_app), ("service", SERVICE_APP)]
-    print(f"floor: {floor_app} ({args.floor})", flush=True)
+    apps: list[tuple[str, str, Path]] = [("floor", FLOOR_APP, REPO), ("service", SERVICE_APP, REPO)]
+    print(f"floor: {FLOOR_APP}", flush=True)
     if args.attribute:
-        apps.append(("transport", TRANSPORT_ONLY_APP))
+        apps.append(("transport", TRANSPORT_ONLY_APP, REPO))
+    if args.baseline:
+        apps.append(("baseline", SERVICE_APP, args.baseline.resolve()))
 
     work = Path(tempfile.mkdtemp(prefix="gpushare-bench-"))
     servers: list[Server] = []
@@ -457,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
             tuning["workers"] = args.workers
         if args.threads:
             tuning["threads"] = args.threads
-        for name, app in apps:
+        for name, app, checkout in apps:
             settings = ServeSettings(
                 tls_cert=files.serving_cert,
                 tls_key=files.serving_key,
@@ -465,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
                 port=free_port(),
                 **tuning,
             )
-            servers.append(start_server(name, app, settings, work, args.log_level))
+            servers.append(start_server(name, app, settings, work, args.log_level, checkout))
         payloads = bodies()
         for server in servers:
             wait_healthy(server, context)
@@ -474,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         script.write_text(wrk_script(payloads, "/mutate"))
         reference = ServeSettings(files.serving_cert, files.serving_key, REPO / "policies")
         print(
-            f"gunicorn gthread (balanced) workers={tuning.get('workers', reference.workers)} "
+            f"gunicorn gthread workers={tuning.get('workers', reference.workers)} "
             f"threads={tuning.get('threads', reference.threads)}, TLS, keep-alive; "
             f"wrk 1 thread; {args.rounds} rounds x {args.duration:g}s per cell; "
             f"bodies {[len(p) for p in payloads]} bytes; {os.cpu_count()} CPUs"
@@ -490,7 +492,10 @@ def main(argv: list[str] | None = None) -> int:
                 for server in order:
                     measurement = run_wrk(server, script, connections, args.duration)
                     samples.setdefault((server.name, connections), []).append(measurement)
-        return report(samples, concurrencies, attribute=args.attribute)
+        code = report(samples, concurrencies, attribute=args.attribute)
+        if args.baseline:
+            report_baseline(samples, concurrencies, args.baseline)
+        return code
     finally:
         for server in servers:
             stop(server)
@@ -549,6 +554,29 @@ def report(
                 f"({transport.requests_per_second / floor.requests_per_second:.2f} of floor)"
             )
     return 0 if all_met else 1
+
+
+def report_baseline(
+    samples: dict[tuple[str, int], list[Measurement]], concurrencies: tuple[int, ...], where: Path
+) -> None:
+    """This checkout's service against another's, measured in the same rounds."""
+    print(f"\nbaseline: the service of {where}, in the same rounds")
+    print(f"{'conc':>4} | {'cpu us base':>11} {'cpu us now':>10} {'ratio':>6} | rps ratio now/base")
+    for connections in concurrencies:
+        base = samples[("baseline", connections)]
+        now = samples[("service", connections)]
+        cpu_ratio = statistics.median(
+            n.cpu_us_per_request / b.cpu_us_per_request for b, n in zip(base, now, strict=True)
+        )
+        rps_ratio = statistics.median(
+            n.requests_per_second / b.requests_per_second for b, n in zip(base, now, strict=True)
+        )
+        print(
+            f"{connections:>4} | {median_measurement(base).cpu_us_per_request:>11.0f} "
+            f"{median_measurement(now).cpu_us_per_request:>10.0f} {cpu_ratio:>6.2f} | "
+            f"{rps_ratio:.2f}"
+        )
+    print("cpu ratio = median over rounds of now/base CPU per request")
 
 
 if __name__ == "__main__":

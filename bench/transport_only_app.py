@@ -2,7 +2,7 @@
 
 Everything the service does per request runs: TLS, Flask, body cap, AdmissionReview
 decoding, the response with its base64 patch, metrics, the JSON log line. Only
-``webhook.core.verdict.mutate`` is skipped; it returns the outcome computed once for the first
+``webhook.core.mutate`` is skipped; it returns the outcome computed once for the first
 benchmark pod. Run by ``admission_bench.py --attribute`` to split the gap to the floor into
 "transport" (this app) and "core" (the rest).
 """
@@ -12,8 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.admission_bench import realistic_pods
-from webhook.core.policy import PolicySet, load_policies
-from webhook.core.verdict import Verdict, mutate
+from webhook.core import PolicySet, Verdict, load_policies, mutate
 from webhook.server import admission
 from webhook.server.app import create_app_from_settings
 from webhook.server.settings import ServeSettings

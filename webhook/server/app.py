@@ -91,6 +91,25 @@ def create_app(
             methods=["POST"],
         )
 
+    _add_status_routes(app, store, certificate, metrics)
+
+    @app.errorhandler(HTTPException)
+    def http_error(error: HTTPException) -> Response:
+        # Wrong method or path, or a failure outside the pipeline: still an AdmissionReview.
+        status = error.code or 500
+        return _review_response(errored(status, error.description or error.name).complete(None))
+
+    return app
+
+
+def _add_status_routes(
+    app: Flask,
+    store: PolicyStore,
+    certificate: ServingCertificate | None,
+    metrics: AdmissionMetrics,
+) -> None:
+    """``/healthz``, ``/readyz`` and ``/metrics``."""
+
     @app.get("/healthz")
     def healthz() -> Response:
         return _json_response(200, {"status": "ok"})
@@ -115,14 +134,6 @@ def create_app(
             if cert_status.not_after is not None:
                 metrics.set_certificate_expiry(cert_status.not_after.timestamp())
         return Response(metrics.exposition(), status=200, content_type=EXPOSITION_CONTENT_TYPE)
-
-    @app.errorhandler(HTTPException)
-    def http_error(error: HTTPException) -> Response:
-        # Wrong method or path, or a failure outside the pipeline: still an AdmissionReview.
-        status = error.code or 500
-        return _review_response(errored(status, error.description or error.name).complete(None))
-
-    return app
 
 
 def create_app_from_settings(settings: ServeSettings) -> Flask:

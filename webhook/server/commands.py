@@ -92,6 +92,11 @@ def _add_serve(subparsers: Subparsers) -> None:
         type=Path,
         help="where local certificates go (default: $GPUSHARE_STATE_DIR or ./.state)",
     )
+    _add_tuning_flags(parser)
+    parser.set_defaults(func=run_serve)
+
+
+def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
     # Tuning flags default to None so that ServeSettings' own defaults apply; ``dest`` is
     # the ServeSettings field each one sets.
     tuning = parser.add_argument_group("tuning (defaults: ServeSettings)")
@@ -125,7 +130,6 @@ def _add_serve(subparsers: Subparsers) -> None:
         f"{serve_defaults.DEFAULT_GRACEFUL_TIMEOUT_SECONDS})",
     )
     tuning.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
-    parser.set_defaults(func=run_serve)
 
 
 _TUNING_FIELDS = (
