@@ -16,10 +16,10 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from webhook.constants import (
-    DEVICE_PLUGIN_CONFIG_LABEL,
-)
-from webhook.core import Allocation
+import yaml
+
+from webhook.constants import DEVICE_PLUGIN_CONFIG_LABEL
+from webhook.core import Allocation, load_policies
 from webhook.errors import GpushareError, PolicyError
 from webhook.node import events
 from webhook.node.device_plugin_config import (
@@ -29,7 +29,7 @@ from webhook.node.device_plugin_config import (
     config_map,
     guidance,
 )
-from webhook.node.errors import NodeSetupError
+from webhook.node.errors import DevicePluginConfigError, NodeSetupError
 from webhook.node.events import emit
 from webhook.node.mps_control import (
     DEFAULT_CONTROL_BINARY,
@@ -39,10 +39,7 @@ from webhook.node.mps_control import (
 )
 from webhook.node.node_api import KubernetesNodeApi, NodeApi
 from webhook.node.nvml import GpuDevice, Nvml, PynvmlNvml, discover_gpus
-from webhook.node.pools import (
-    PoolRef,
-    find_daemon_pool,
-)
+from webhook.node.pools import PoolRef, find_daemon_pool
 from webhook.node.status_server import LauncherMetrics, StatusServer
 from webhook.node.supervisor import MpsSupervisor, SupervisorSettings
 
@@ -68,6 +65,13 @@ def _add_mps_daemon(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
             "limits of the node's pool, keep it healthy, and label the node while it serves."
         ),
     )
+    _add_daemon_setup_flags(parser)
+    _add_daemon_timing_flags(parser)
+    parser.set_defaults(func=run_mps_daemon)
+
+
+def _add_daemon_setup_flags(parser: argparse.ArgumentParser) -> None:
+    """What to serve, where, and how to reach the node and the daemon."""
     parser.add_argument(
         "--policies",
         type=Path,
@@ -98,6 +102,10 @@ def _add_mps_daemon(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         default=DEFAULT_LISTEN,
         help=f"HOST:PORT for /healthz, /readyz and /metrics (default {DEFAULT_LISTEN})",
     )
+
+
+def _add_daemon_timing_flags(parser: argparse.ArgumentParser) -> None:
+    """Health checks, restart backoff and how long to wait for the control program."""
     defaults = SupervisorSettings()
     parser.add_argument(
         "--check-interval",
@@ -129,7 +137,6 @@ def _add_mps_daemon(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         default=30.0,
         help="seconds to wait for the control daemon to come up",
     )
-    parser.set_defaults(func=run_mps_daemon)
 
 
 def _env_path(name: str) -> Path | None:
@@ -179,8 +186,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _prepare(args: argparse.Namespace, nvml: Nvml) -> tuple[MpsSupervisor, StatusServer]:
-    from webhook.core import load_policies
-
+    """Everything the launcher needs, checked in the order that fails cheapest first."""
     host, port = parse_listen(args.listen)
     try:
         policies = load_policies(args.policies)
@@ -201,12 +207,29 @@ def _prepare(args: argparse.Namespace, nvml: Nvml) -> tuple[MpsSupervisor, Statu
         label = node.read_labels().get(DEVICE_PLUGIN_CONFIG_LABEL)
         ref = find_daemon_pool(policies, pool_name=None, node_config_label=label)
     _check_node_fits_pool(ref, gpus)
-    defaults = daemon_defaults(ref, gpus)
-    settings = SupervisorSettings(
-        check_interval_s=args.check_interval,
-        backoff_initial_s=args.backoff_initial,
-        backoff_max_s=args.backoff_max,
+    metrics = LauncherMetrics()
+    supervisor = _supervisor(args, ref, binary, nvml, gpus, node, metrics)
+    server = StatusServer(host, port, metrics, supervisor.health)
+    emit(
+        "configured",
+        f"Serving pool {ref.pool.name} of policy {ref.policy.name} on node {args.node_name}.",
+        pool=ref.pool.name,
+        policy=ref.policy.name,
+        gpus=[f"{g.index}:{g.name}:{g.memory_mib}MiB" for g in gpus],
+        pipe_directory=ref.policy.mps_daemon.pipe_directory,
     )
+    return supervisor, server
+
+
+def _supervisor(
+    args: argparse.Namespace,
+    ref: PoolRef,
+    binary: str,
+    nvml: Nvml,
+    gpus: tuple[GpuDevice, ...],
+    node: NodeApi,
+    metrics: LauncherMetrics,
+) -> MpsSupervisor:
     daemon_settings = ref.policy.mps_daemon
     control = MpsControl(
         binary,
@@ -215,29 +238,22 @@ def _prepare(args: argparse.Namespace, nvml: Nvml) -> tuple[MpsSupervisor, Statu
         command_timeout_s=args.command_timeout,
         start_timeout_s=args.start_timeout,
     )
-    metrics = LauncherMetrics()
-    supervisor = MpsSupervisor(
+    return MpsSupervisor(
         control=control,
         nvml=nvml,
         gpus=gpus,
-        defaults=defaults,
+        defaults=daemon_defaults(ref, gpus),
         node=node,
         ready_label=daemon_settings.ready_label,
         pool_name=ref.pool.name,
         set_exclusive=daemon_settings.set_exclusive_process,
-        settings=settings,
+        settings=SupervisorSettings(
+            check_interval_s=args.check_interval,
+            backoff_initial_s=args.backoff_initial,
+            backoff_max_s=args.backoff_max,
+        ),
         metrics=metrics,
     )
-    server = StatusServer(host, port, metrics, supervisor.health)
-    emit(
-        "configured",
-        f"Serving pool {ref.pool.name} of policy {ref.policy.name} on node {args.node_name}.",
-        pool=ref.pool.name,
-        policy=ref.policy.name,
-        gpus=[f"{g.index}:{g.name}:{g.memory_mib}MiB" for g in gpus],
-        pipe_directory=daemon_settings.pipe_directory,
-    )
-    return supervisor, server
 
 
 def _check_node_fits_pool(ref: PoolRef, gpus: tuple[GpuDevice, ...]) -> None:
@@ -297,11 +313,6 @@ def _add_device_plugin_config(
 
 def run_device_plugin_config(args: argparse.Namespace) -> int:
     """Entry point of ``gpushare device-plugin-config``."""
-    import yaml
-
-    from webhook.core import load_policies
-    from webhook.node.errors import DevicePluginConfigError
-
     try:
         policies = load_policies(args.policies)
         configs = build_configs(policies)

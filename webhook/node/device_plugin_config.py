@@ -27,17 +27,14 @@ from typing import Any
 import yaml
 
 from webhook.constants import (
+    ANNOTATION_PREFIX,
     DEVICE_PLUGIN_CONFIG_LABEL,
     SHARED_GPU_RESOURCE,
     WHOLE_GPU_RESOURCE,
 )
 from webhook.core import Allocation, Mode, PolicySet
 from webhook.node.errors import DevicePluginConfigError
-from webhook.node.pools import (
-    PoolRef,
-    pool_conflicts,
-    pool_refs,
-)
+from webhook.node.pools import PoolRef, pool_conflicts, pool_refs
 
 DEFAULT_CONFIGMAP_NAME = "gpushare-device-plugin-configs"
 DEFAULT_NAMESPACE = "gpu-operator"
@@ -128,7 +125,7 @@ def config_map(
             "name": name,
             "namespace": namespace,
             "labels": {"app.kubernetes.io/managed-by": "gpushare"},
-            "annotations": {"gpushare.io/generated-from": ",".join(sources)},
+            "annotations": {f"{ANNOTATION_PREFIX}generated-from": ",".join(sources)},
         },
         "data": {config.name: config.render() for config in configs},
     }

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from webhook.constants import MPS_PIPE_DIRECTORY_VAR
 from webhook.core import Allocation
 from webhook.node.errors import MpsControlError, NodeSetupError
 from webhook.node.events import emit
@@ -168,7 +169,7 @@ class MpsControl:
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
-        env["CUDA_MPS_PIPE_DIRECTORY"] = str(self.pipe_directory)
+        env[MPS_PIPE_DIRECTORY_VAR] = str(self.pipe_directory)
         env["CUDA_MPS_LOG_DIRECTORY"] = str(self.log_directory)
         # CUDA numbers devices fastest-first unless told otherwise; NVML numbers them by PCI
         # bus. The pinned-memory defaults are per index, so make both orders the same.

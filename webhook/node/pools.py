@@ -11,14 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from webhook.constants import (
-    DEVICE_PLUGIN_CONFIG_LABEL,
-)
+from webhook.constants import DEVICE_PLUGIN_CONFIG_LABEL
 from webhook.core import Mode, Policy, PolicySet, Pool
 from webhook.node.errors import NodeSetupError
-
-# kubectl label node <node> nvidia.com/device-plugin.config=<name> selects a named config of
-# the GPU Operator's devicePlugin.config ConfigMap (GPU Operator docs, "Time-Slicing GPUs").
 
 
 @dataclass(frozen=True)
@@ -81,7 +76,12 @@ def find_daemon_pool(
     policies: PolicySet, *, pool_name: str | None, node_config_label: str | None
 ) -> PoolRef:
     """The mps-daemon pool this node serves: ``--pool`` by pool name, else the node's
-    ``nvidia.com/device-plugin.config`` label by config name."""
+    ``nvidia.com/device-plugin.config`` label by config name.
+
+    That label is how a node picks a named config of the GPU Operator's
+    ``devicePlugin.config`` ConfigMap (GPU Operator docs, "Time-Slicing GPUs"), so the pool
+    whose config the node runs is the pool its daemon serves.
+    """
     refs = pool_refs(policies)
     if pool_name is not None:
         matches = [r for r in refs if r.pool.name == pool_name]
