@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from webhook.core.modes.base import EnvSetting
+from webhook.core.modes import EnvSetting
 from webhook.core.placement import Placement, format_fraction
 from webhook.core.policy.model import Policy
 

@@ -5,12 +5,9 @@ directory and carry the client limits itself.
 
 from __future__ import annotations
 
-from webhook.constants import (
-    MPS_PIPE_DIRECTORY_VAR,
-)
-from webhook.core.modes.base import EnvSetting, ModeChanges
-from webhook.core.modes.mps import mps_limits
-from webhook.core.modes.time_slicing import pool_selector
+from webhook.constants import MPS_PIPE_DIRECTORY_VAR
+from webhook.core.modes.base import EnvSetting, ModeChanges, pool_selector
+from webhook.core.modes.client_limits import mps_limits
 from webhook.core.placement import Placement
 from webhook.core.policy.model import Mode, Policy, frozen_map
 
