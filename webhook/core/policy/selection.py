@@ -55,23 +55,13 @@ def _why_not(policy: Policy, namespace: str, labels: Mapping[str, str]) -> str |
     return None
 
 
-_SELECTION_CACHE_LIMIT = 4096
-
-
 def select_policy(
     policies: PolicySet, namespace: str, pod_labels: Mapping[str, str] | None = None
 ) -> Selection:
     """The governing policy; memoized per policy set, namespace and the labels policies use."""
     labels = pod_labels or {}
     key = (namespace, tuple(labels.get(k) for k in policies.selecting_label_keys))
-    cache = policies.selection_cache
-    selection: Selection | None = cache.get(key)
-    if selection is None:
-        if len(cache) >= _SELECTION_CACHE_LIMIT:  # many namespaces: start over, stay bounded
-            cache.clear()
-        selection = _select(policies, namespace, labels)
-        cache[key] = selection
-    return selection
+    return policies.selections.get_or_compute(key, _select, policies, namespace, labels)
 
 
 def _select(policies: PolicySet, namespace: str, labels: Mapping[str, str]) -> Selection:

@@ -1,0 +1,66 @@
+"""The env of the container that gets the GPU: which settings are added, kept or enforced.
+
+A setting the container does not have is appended once. One it has is kept as the user set
+it, unless the setting is enforced (MPS hard limits, the daemon's pipe directory, the merged
+PyTorch allocator config): then every entry of that name gets the planned value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from webhook.constants import MPS_LIMIT_VARS, MPS_PIPE_DIRECTORY_VAR
+from webhook.core.draft import PlanDraft, as_mapping
+from webhook.core.edits import Path
+from webhook.core.modes import EnvSetting
+
+# Replacing these user values changes what the workload may use: say so in a warning.
+_WARNED_WHEN_OVERWRITTEN = frozenset((*MPS_LIMIT_VARS, MPS_PIPE_DIRECTORY_VAR))
+
+
+def apply_env(draft: PlanDraft, settings: Sequence[EnvSetting]) -> None:
+    """Plan ``settings`` into the container's env, in order."""
+    env = draft.container.get("env") or []
+    env_path: Path = (*draft.container_path, "env")
+    positions: dict[str, list[int]] = {}
+    for position, entry in enumerate(env):
+        positions.setdefault(str(as_mapping(entry).get("name")), []).append(position)
+    for setting in settings:
+        found = positions.get(setting.name)
+        if not found:
+            _add(draft, env_path, setting)
+        elif setting.enforced:
+            _enforce(draft, env, env_path, found, setting)
+        elif draft.explaining:
+            draft.explanation.append(f"env {setting.name}: kept the value the user set")
+
+
+def _add(draft: PlanDraft, env_path: Path, setting: EnvSetting) -> None:
+    if setting.name in draft.env_added:
+        return
+    draft.env_added.add(setting.name)
+    draft.edits.append(env_path, {"name": setting.name, "value": setting.value})
+    if draft.explaining:
+        draft.explanation.append(f"env {setting.name}={setting.value} ({setting.derivation})")
+
+
+def _enforce(
+    draft: PlanDraft,
+    env: Sequence[object],
+    env_path: Path,
+    positions: Sequence[int],
+    setting: EnvSetting,
+) -> None:
+    wanted = {"name": setting.name, "value": setting.value}
+    for position in positions:
+        if env[position] != wanted:
+            draft.edits.replace_item(env_path, position, wanted)
+            if setting.name in _WARNED_WHEN_OVERWRITTEN:
+                draft.warnings.append(
+                    f"{setting.name} in {draft.container_name!r} set to {setting.value} "
+                    "by policy (user value replaced)"
+                )
+    if draft.explaining:
+        draft.explanation.append(
+            f"env {setting.name}={setting.value} ({setting.derivation}; enforced)"
+        )

@@ -1,0 +1,49 @@
+"""The memos planning keeps per policy set: one per planning step that is a pure function of
+a policy and a request or placement, each named for what it holds.
+
+They hang off the ``PolicySet`` (``PolicySet.plan_memos``) so they live and die with the
+policies they were computed from: keys hold ``id(policy)``, which stays unique while the set
+is alive. Only the container-dependent rest of a plan is computed per pod.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+from webhook.core.frameworks import FrameworkEnv
+from webhook.core.memo import BoundedMemo
+from webhook.core.modes import EnvSetting, ModeChanges
+from webhook.core.placement import Placement
+from webhook.core.policy.model import Policy
+from webhook.core.request import GpuRequest
+
+# id(policy), pool name, slots, fraction: everything a mode or the framework knobs read.
+PlacementKey: TypeAlias = tuple[int, str, int, float]
+
+
+def placement_key(policy: Policy, placement: Placement) -> PlacementKey:
+    return (id(policy), placement.pool.name, placement.slots, placement.fraction)
+
+
+def _is_placement(value: Placement | list[str]) -> bool:
+    return isinstance(value, Placement)
+
+
+def _placements() -> BoundedMemo[tuple[int, GpuRequest], Placement | list[str]]:
+    # Denials are not kept: a request that does not fit costs no memory.
+    return BoundedMemo(keep=_is_placement)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanMemos:
+    # ``place`` by policy and request.
+    placements: BoundedMemo[tuple[int, GpuRequest], Placement | list[str]] = field(
+        default_factory=_placements
+    )
+    # ``mode_changes`` by policy and placement.
+    mode_changes: BoundedMemo[PlacementKey, ModeChanges] = field(default_factory=BoundedMemo)
+    # ``fixed_framework_env`` by policy and placement.
+    framework_envs: BoundedMemo[PlacementKey, FrameworkEnv] = field(default_factory=BoundedMemo)
+    # The policy's ``inject.env`` as env settings, by policy.
+    inject_env: BoundedMemo[int, tuple[EnvSetting, ...]] = field(default_factory=BoundedMemo)
