@@ -8,6 +8,7 @@ on ``uid``, ``namespace``, ``event`` and so on without parsing the message.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import sys
 from typing import IO, Any
@@ -20,21 +21,32 @@ _STANDARD_ATTRIBUTES = frozenset(
 )
 
 
+def utc_timestamp(seconds: float) -> str:
+    """``2026-01-02T03:04:05.678+00:00``; the date and time of day are formatted once a second."""
+    whole = int(seconds)
+    return f"{_second(whole)}.{int((seconds - whole) * 1000):03d}+00:00"
+
+
+@functools.lru_cache(maxsize=4)
+def _second(whole_seconds: int) -> str:
+    return dt.datetime.fromtimestamp(whole_seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per record: time, level, logger, message, then the ``extra`` fields."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(
-                timespec="milliseconds"
-            ),
+            "time": utc_timestamp(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
         }
-        for key, value in record.__dict__.items():
-            if key not in _STANDARD_ATTRIBUTES and not key.startswith("_"):
-                entry[key] = value
+        entry.update(
+            (key, value)
+            for key, value in record.__dict__.items()
+            if key not in _STANDARD_ATTRIBUTES and key[0] != "_"
+        )
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(entry, default=str).decode()

@@ -42,8 +42,12 @@ def with_admission_log(review: ReviewPipeline, endpoint: Endpoint) -> ReviewPipe
         response = review(content_type, read_body)
         level = logging.INFO if response.http_status < 400 else logging.WARNING
         if logger.isEnabledFor(level):
-            seconds = perf_counter() - started
-            logger.log(level, "admission", extra=admission_fields(endpoint, response, seconds))
+            fields = admission_fields(endpoint, response, perf_counter() - started)
+            # makeRecord + handle is what ``logger.log`` does, less the walk up the stack
+            # for the caller's file and line, which no admission line shows.
+            record = logger.makeRecord(logger.name, level, __file__, 0, "admission", (), None)
+            record.__dict__.update(fields)
+            logger.handle(record)
         return response
 
     return logged
