@@ -1,13 +1,13 @@
 """Policy files → ``PolicySet``, or a ``PolicyError`` whose lines read ``file: yaml.path: problem``.
 
-Structure is checked against ``schema`` (one source of truth, shared with editors); rules
-across fields are checked here. Nothing is half-loaded: either every document is valid and a
-new ``PolicySet`` comes back, or nothing does.
+Structure is checked against ``schema`` (one source of truth, shared with editors), values
+come from ``build``, rules across the fields of a policy from ``rules``; rules across
+policies are checked here. Nothing is half-loaded: either every document is valid and a new
+``PolicySet`` comes back, or nothing does.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -17,32 +17,11 @@ import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from webhook.constants import (
-    ALWAYS_EXCLUDED_NAMESPACES,
-    DEFAULT_EXCLUDED_NAMESPACES,
-)
-from webhook.core.policy.model import (
-    API_VERSION,
-    POLICY_KIND,
-    SETTINGS_KIND,
-    Allocation,
-    DirectRequests,
-    Frameworks,
-    Headroom,
-    Injections,
-    Match,
-    Mode,
-    MpsDaemonSettings,
-    MpsSettings,
-    Policy,
-    PolicySet,
-    Pool,
-    PyTorchKnob,
-    WholeGpus,
-    frozen_map,
-)
+from webhook.constants import ALWAYS_EXCLUDED_NAMESPACES, DEFAULT_EXCLUDED_NAMESPACES
+from webhook.core.policy.build import build_policy
+from webhook.core.policy.model import API_VERSION, POLICY_KIND, SETTINGS_KIND, Policy, PolicySet
+from webhook.core.policy.rules import check
 from webhook.core.policy.schema import POLICY_SCHEMA, SETTINGS_SCHEMA
-from webhook.core.quantity import parse_memory_mib
 from webhook.errors import PolicyError
 
 _POLICY_VALIDATOR = Draft202012Validator(POLICY_SCHEMA)
@@ -219,214 +198,17 @@ def _validate(
     return not errors
 
 
-def _memory(
-    text: str | None,
-    source: str,
-    path: str,
-    node: yaml.Node,
-    keys: list[str | int],
-    problems: _Problems,
-) -> int | None:
-    if text is None:
-        return None
-    mib = parse_memory_mib(text)
-    if mib is None or mib < 1:
-        problems.add(
-            source, path, f"{text!r} is not a GPU memory size such as 80Gi", _line_of(node, keys)
-        )
-        return None
-    return math.floor(mib)
-
-
 def _build_policy(
     document: dict[str, Any], node: yaml.Node, source: str, prefix: str, problems: _Problems
 ) -> Policy | None:
-    """Values from a schema-valid document, plus the rules that span fields."""
-    before = len(problems.lines)
+    """The policy of a schema-valid document, or None after adding what breaks its rules."""
     spec: dict[str, Any] = document["spec"]
-    name: str = document["metadata"]["name"]
-
-    def at(*keys: str | int) -> tuple[str, int | None]:
-        return _join(prefix, ["spec", *keys]), _line_of(node, ["spec", *keys])
-
-    def problem(message: str, *keys: str | int) -> None:
-        path, line = at(*keys)
-        problems.add(source, path, message, line)
-
-    mode = Mode(spec["mode"])
-    allocation = Allocation(spec.get("allocation", Allocation.REPLICA_CLASS))
-    default_memory = _memory(
-        spec.get("gpuMemory"), source, at("gpuMemory")[0], node, ["spec", "gpuMemory"], problems
-    )
-
-    pools: list[Pool] = []
-    seen: set[str] = set()
-    for index, raw in enumerate(spec["pools"]):
-        if raw["name"] in seen:
-            problem(
-                f"pool name {raw['name']!r} is used twice; pool names must be unique",
-                "pools",
-                index,
-                "name",
-            )
-        seen.add(raw["name"])
-        memory = _memory(
-            raw.get("gpuMemory"),
-            source,
-            at("pools", index, "gpuMemory")[0],
-            node,
-            ["spec", "pools", index, "gpuMemory"],
-            problems,
-        )
-        pool = Pool(
-            name=raw["name"],
-            replicas=raw["replicas"],
-            gpu_memory_mib=memory if memory is not None else default_memory,
-            gpus_per_node=raw.get("gpusPerNode"),
-            node_selector=frozen_map(raw.get("nodeSelector")),
-            device_plugin_config=raw.get("devicePluginConfig"),
-        )
-        pools.append(pool)
-        if allocation is Allocation.COUNT and pool.gpus_per_node != 1:
-            problem(
-                "allocation 'count' hands out several slots to one pod, which is only safe on "
-                "nodes with exactly one GPU: set gpusPerNode: 1 on this pool or use "
-                "allocation 'replica-class'",
-                "pools",
-                index,
-            )
-        mps = MpsSettings(**_mps_kwargs(spec.get("mps", {})))
-        if (
-            mode in (Mode.MPS, Mode.MPS_DAEMON)
-            and mps.enforce_memory_limit
-            and pool.gpu_memory_mib is None
-        ):
-            problem(
-                f"mode {mode.value} limits each pod's device memory, which needs the GPU memory "
-                "of this pool: set gpuMemory here or at spec.gpuMemory (e.g. 80Gi)",
-                "pools",
-                index,
-            )
-
-    if mode is Mode.MPS and allocation is Allocation.COUNT:
-        problem(
-            "the NVIDIA device plugin's MPS mode limits every slot to 1/replicas and refuses "
-            "requests above one slot: use allocation 'replica-class' with mode mps",
-            "allocation",
-        )
-
-    bounds = spec.get("fraction", {})
-    min_fraction = float(bounds.get("min", 0.01))
-    max_fraction = float(bounds.get("max", 1.0))
-    if min_fraction > max_fraction:
-        problem(
-            f"min {min_fraction} is above max {max_fraction}; min must not exceed max", "fraction"
-        )
-
-    headroom = _headroom(spec.get("headroom"))
-    if headroom.fraction >= min_fraction and headroom.fraction > 0:
-        problem(
-            f"headroom {spec['headroom']!r} is as large as the smallest allowed fraction "
-            f"({min_fraction}); lower the headroom or raise fraction.min",
-            "headroom",
-        )
-    if headroom.memory_mib and any(p.gpu_memory_mib is None for p in pools):
-        problem(
-            "a headroom given as memory needs gpuMemory on every pool (or spec.gpuMemory); "
-            "give the headroom as a percentage instead",
-            "headroom",
-        )
-
-    whole_raw = spec.get("wholeGpus", {})
-    whole = WholeGpus(
-        resource_name=whole_raw.get("resourceName", "nvidia.com/gpu"),
-        max=whole_raw.get("max", 8),
-        node_selector=frozen_map(whole_raw.get("nodeSelector")),
-    )
-    resource_name = spec.get("resourceName", "nvidia.com/gpu.shared")
-    if whole.resource_name == resource_name and whole.max > 0:
-        problem(
-            f"whole GPUs and shared slots both use {resource_name}, so a whole-GPU pod would get "
-            "one shared slot: set wholeGpus.resourceName to the unshared resource, or "
-            "wholeGpus.max: 0",
-            "wholeGpus",
-        )
-
-    match_raw = spec.get("match", {})
-    match = Match(
-        namespaces=tuple(match_raw.get("namespaces", ())),
-        exclude_namespaces=tuple(match_raw.get("excludeNamespaces", ())),
-        pod_labels=frozen_map(match_raw.get("podLabels")),
-    )
-    is_default = bool(spec.get("default", False))
-    if not match.namespaces and not is_default:
-        problem("this policy matches no namespace: add match.namespaces, or default: true", "match")
-
-    frameworks_raw = spec.get("frameworks", {})
-    tf = frameworks_raw.get("tensorflow", {})
-    jax = frameworks_raw.get("jax", {})
-    torch = frameworks_raw.get("pytorch", {})
-    daemon = spec.get("mpsDaemon", {})
-    inject = spec.get("inject", {})
-
-    if len(problems.lines) > before:
-        return None
-    return Policy(
-        name=name,
-        source=source,
-        mode=mode,
-        pools=tuple(pools),
-        match=match,
-        default=is_default,
-        priority=int(spec.get("priority", 0)),
-        resource_name=resource_name,
-        allocation=allocation,
-        min_fraction=min_fraction,
-        max_fraction=max_fraction,
-        whole_gpus=whole,
-        headroom=headroom,
-        frameworks=Frameworks(
-            tensorflow_allow_growth=tf.get("allowGrowth", True),
-            jax_memory_fraction=jax.get("memoryFraction", True),
-            jax_preallocate=jax.get("preallocate"),
-            pytorch=PyTorchKnob(
-                memory_fraction=torch.get("memoryFraction", False),
-                images=tuple(torch.get("images", ())),
-            ),
-        ),
-        mps=MpsSettings(**_mps_kwargs(spec.get("mps", {}))),
-        mps_daemon=MpsDaemonSettings(
-            pipe_directory=daemon.get("pipeDirectory", MpsDaemonSettings.pipe_directory),
-            log_directory=daemon.get("logDirectory", MpsDaemonSettings.log_directory),
-            ready_label=daemon.get("readyLabel", MpsDaemonSettings.ready_label),
-            host_ipc=daemon.get("hostIPC", False),
-            set_exclusive_process=daemon.get("setExclusiveProcess", True),
-        ),
-        inject=Injections(
-            env=tuple((e["name"], e["value"]) for e in inject.get("env", ())),
-            labels=frozen_map(inject.get("labels")),
-            annotations=frozen_map(inject.get("annotations")),
-            tolerations=tuple(frozen_map(t) for t in spec.get("tolerations", ())),
-        ),
-        direct_requests=DirectRequests(spec.get("directResourceRequests", "deny")),
-    )
-
-
-def _mps_kwargs(raw: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "enforce_thread_percentage": raw.get("enforceThreadPercentage", True),
-        "enforce_memory_limit": raw.get("enforceMemoryLimit", True),
-        "thread_overprovision": float(raw.get("threadOverprovision", 1.0)),
-    }
-
-
-def _headroom(text: str | None) -> Headroom:
-    if not text:
-        return Headroom()
-    if text.endswith("%"):
-        return Headroom(fraction=float(text[:-1]) / 100)
-    mib = parse_memory_mib(text)
-    return Headroom(memory_mib=math.ceil(mib or 0))
+    policy = build_policy(document["metadata"]["name"], source, spec)
+    findings = check(policy, spec)
+    for finding in findings:
+        path = ["spec", *finding.at]
+        problems.add(source, _join(prefix, path), finding.message, _line_of(node, path))
+    return None if findings else policy
 
 
 def _check_across_policies(

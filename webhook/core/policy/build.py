@@ -1,0 +1,174 @@
+"""Policy values from a schema-valid document: one builder per section of the spec.
+
+Builders pass a dataclass only the keys the document holds, so ``model`` alone owns the
+defaults. They report nothing: a value that cannot be read (a GPU memory size below 1Mi)
+builds as absent, and ``rules`` says what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from webhook.core.policy.model import (
+    Allocation,
+    DirectRequests,
+    Frameworks,
+    Headroom,
+    Injections,
+    Match,
+    Mode,
+    MpsDaemonSettings,
+    MpsSettings,
+    Policy,
+    Pool,
+    PyTorchKnob,
+    WholeGpus,
+    frozen_map,
+)
+from webhook.core.quantity import parse_memory_mib
+
+
+def memory_mib(text: str | None) -> int | None:
+    """MiB of a GPU memory size; None where absent or not a size of at least 1Mi."""
+    if text is None:
+        return None
+    mib = parse_memory_mib(text)
+    if mib is None or mib < 1:
+        return None
+    return math.floor(mib)
+
+
+# (YAML key, dataclass field, conversion) for each key a section may hold.
+_Fields = tuple[tuple[str, str, Callable[[Any], Any]], ...]
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def _present(raw: Mapping[str, Any], fields: _Fields) -> dict[str, Any]:
+    """Keyword arguments for the keys ``raw`` holds; the dataclasses own the defaults."""
+    return {name: convert(raw[key]) for key, name, convert in fields if key in raw}
+
+
+def _frozen_maps(items: Iterable[Mapping[str, str]]) -> tuple[Mapping[str, str], ...]:
+    return tuple(frozen_map(item) for item in items)
+
+
+def _env_pairs(env: Iterable[Mapping[str, str]]) -> tuple[tuple[str, str], ...]:
+    return tuple((entry["name"], entry["value"]) for entry in env)
+
+
+_POLICY_FIELDS: _Fields = (
+    ("default", "default", bool),
+    ("priority", "priority", int),
+    ("resourceName", "resource_name", _as_is),
+    ("allocation", "allocation", Allocation),
+    ("directResourceRequests", "direct_requests", DirectRequests),
+)
+_FRACTION_FIELDS: _Fields = (("min", "min_fraction", float), ("max", "max_fraction", float))
+_MATCH_FIELDS: _Fields = (
+    ("namespaces", "namespaces", tuple),
+    ("excludeNamespaces", "exclude_namespaces", tuple),
+    ("podLabels", "pod_labels", frozen_map),
+)
+_POOL_FIELDS: _Fields = (
+    ("gpusPerNode", "gpus_per_node", _as_is),
+    ("nodeSelector", "node_selector", frozen_map),
+    ("devicePluginConfig", "device_plugin_config", _as_is),
+)
+_WHOLE_GPU_FIELDS: _Fields = (
+    ("resourceName", "resource_name", _as_is),
+    ("max", "max", _as_is),
+    ("nodeSelector", "node_selector", frozen_map),
+)
+_TENSORFLOW_FIELDS: _Fields = (("allowGrowth", "tensorflow_allow_growth", _as_is),)
+_JAX_FIELDS: _Fields = (
+    ("memoryFraction", "jax_memory_fraction", _as_is),
+    ("preallocate", "jax_preallocate", _as_is),
+)
+_PYTORCH_FIELDS: _Fields = (
+    ("memoryFraction", "memory_fraction", _as_is),
+    ("images", "images", tuple),
+)
+_MPS_FIELDS: _Fields = (
+    ("enforceThreadPercentage", "enforce_thread_percentage", _as_is),
+    ("enforceMemoryLimit", "enforce_memory_limit", _as_is),
+    ("threadOverprovision", "thread_overprovision", float),
+)
+_MPS_DAEMON_FIELDS: _Fields = (
+    ("pipeDirectory", "pipe_directory", _as_is),
+    ("logDirectory", "log_directory", _as_is),
+    ("readyLabel", "ready_label", _as_is),
+    ("hostIPC", "host_ipc", _as_is),
+    ("setExclusiveProcess", "set_exclusive_process", _as_is),
+)
+_TOLERATION_FIELDS: _Fields = (("tolerations", "tolerations", _frozen_maps),)
+_INJECT_FIELDS: _Fields = (
+    ("env", "env", _env_pairs),
+    ("labels", "labels", frozen_map),
+    ("annotations", "annotations", frozen_map),
+)
+
+
+def build_policy(name: str, source: str, spec: Mapping[str, Any]) -> Policy:
+    """The policy a schema-valid spec describes, valid or not (``rules`` tells)."""
+    return Policy(
+        name=name,
+        source=source,
+        mode=Mode(spec["mode"]),
+        pools=_pools(spec),
+        match=Match(**_present(spec.get("match", {}), _MATCH_FIELDS)),
+        whole_gpus=WholeGpus(**_present(spec.get("wholeGpus", {}), _WHOLE_GPU_FIELDS)),
+        headroom=_headroom(spec.get("headroom")),
+        frameworks=_frameworks(spec.get("frameworks", {})),
+        mps=MpsSettings(**_present(spec.get("mps", {}), _MPS_FIELDS)),
+        mps_daemon=MpsDaemonSettings(**_present(spec.get("mpsDaemon", {}), _MPS_DAEMON_FIELDS)),
+        inject=_injections(spec),
+        **_present(spec, _POLICY_FIELDS),
+        **_present(spec.get("fraction", {}), _FRACTION_FIELDS),
+    )
+
+
+def _pools(spec: Mapping[str, Any]) -> tuple[Pool, ...]:
+    """Pools; one without (valid) gpuMemory of its own gets spec.gpuMemory."""
+    default_memory = memory_mib(spec.get("gpuMemory"))
+    pools: list[Pool] = []
+    for raw in spec["pools"]:
+        memory = memory_mib(raw.get("gpuMemory"))
+        pools.append(
+            Pool(
+                name=raw["name"],
+                replicas=raw["replicas"],
+                gpu_memory_mib=memory if memory is not None else default_memory,
+                **_present(raw, _POOL_FIELDS),
+            )
+        )
+    return tuple(pools)
+
+
+def _headroom(text: str | None) -> Headroom:
+    if not text:
+        return Headroom()
+    if text.endswith("%"):
+        return Headroom(fraction=float(text[:-1]) / 100)
+    mib = parse_memory_mib(text)
+    return Headroom(memory_mib=math.ceil(mib or 0))
+
+
+def _frameworks(raw: Mapping[str, Any]) -> Frameworks:
+    return Frameworks(
+        pytorch=PyTorchKnob(**_present(raw.get("pytorch", {}), _PYTORCH_FIELDS)),
+        **_present(raw.get("tensorflow", {}), _TENSORFLOW_FIELDS),
+        **_present(raw.get("jax", {}), _JAX_FIELDS),
+    )
+
+
+def _injections(spec: Mapping[str, Any]) -> Injections:
+    """``inject``, plus the policy's ``tolerations``."""
+    return Injections(
+        **_present(spec.get("inject", {}), _INJECT_FIELDS),
+        **_present(spec, _TOLERATION_FIELDS),
+    )

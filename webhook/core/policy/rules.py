@@ -1,0 +1,165 @@
+"""The rules one built policy must follow, each a small function returning its findings:
+values ``build`` could not read, and rules across fields (mode and allocation, bounds and
+headroom, pools and memory, ...).
+
+``check`` applies ``RULES`` in order (pool rules pool by pool), so problems always read in
+the same order. Rules that span policies (unique names, one default per priority) belong to
+``loader``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from webhook.core.policy.build import memory_mib
+from webhook.core.policy.model import Allocation, Mode, Policy
+
+
+class Finding(NamedTuple):
+    """A problem with a built policy, at ``spec.<at>`` of its document."""
+
+    message: str
+    at: tuple[str | int, ...]
+
+
+_Spec = Mapping[str, Any]
+
+
+def _gpu_memory_is_a_size(policy: Policy, spec: _Spec) -> list[Finding]:
+    return _memory_findings(spec.get("gpuMemory"), ("gpuMemory",))
+
+
+def _memory_findings(text: str | None, at: tuple[str | int, ...]) -> list[Finding]:
+    if text is None or memory_mib(text) is not None:
+        return []
+    return [Finding(f"{text!r} is not a GPU memory size such as 80Gi", at)]
+
+
+def _pool_name_is_unique(policy: Policy, spec: _Spec, index: int) -> list[Finding]:
+    name = policy.pools[index].name
+    if all(pool.name != name for pool in policy.pools[:index]):
+        return []
+    message = f"pool name {name!r} is used twice; pool names must be unique"
+    return [Finding(message, ("pools", index, "name"))]
+
+
+def _pool_gpu_memory_is_a_size(policy: Policy, spec: _Spec, index: int) -> list[Finding]:
+    return _memory_findings(spec["pools"][index].get("gpuMemory"), ("pools", index, "gpuMemory"))
+
+
+def _count_needs_one_gpu_per_node(policy: Policy, spec: _Spec, index: int) -> list[Finding]:
+    if policy.allocation is not Allocation.COUNT or policy.pools[index].gpus_per_node == 1:
+        return []
+    message = (
+        "allocation 'count' hands out several slots to one pod, which is only safe on "
+        "nodes with exactly one GPU: set gpusPerNode: 1 on this pool or use "
+        "allocation 'replica-class'"
+    )
+    return [Finding(message, ("pools", index))]
+
+
+def _memory_limit_needs_pool_memory(policy: Policy, spec: _Spec, index: int) -> list[Finding]:
+    if (
+        policy.mode not in (Mode.MPS, Mode.MPS_DAEMON)
+        or not policy.mps.enforce_memory_limit
+        or policy.pools[index].gpu_memory_mib is not None
+    ):
+        return []
+    message = (
+        f"mode {policy.mode.value} limits each pod's device memory, which needs the GPU memory "
+        "of this pool: set gpuMemory here or at spec.gpuMemory (e.g. 80Gi)"
+    )
+    return [Finding(message, ("pools", index))]
+
+
+_POOL_RULES: tuple[Callable[[Policy, _Spec, int], list[Finding]], ...] = (
+    _pool_name_is_unique,
+    _pool_gpu_memory_is_a_size,
+    _count_needs_one_gpu_per_node,
+    _memory_limit_needs_pool_memory,
+)
+
+
+def _pools_follow_the_pool_rules(policy: Policy, spec: _Spec) -> list[Finding]:
+    """Every rule of ``_POOL_RULES``, pool by pool."""
+    return [
+        finding
+        for index in range(len(policy.pools))
+        for rule in _POOL_RULES
+        for finding in rule(policy, spec, index)
+    ]
+
+
+def _mps_mode_needs_replica_class(policy: Policy, spec: _Spec) -> list[Finding]:
+    if policy.mode is not Mode.MPS or policy.allocation is not Allocation.COUNT:
+        return []
+    message = (
+        "the NVIDIA device plugin's MPS mode limits every slot to 1/replicas and refuses "
+        "requests above one slot: use allocation 'replica-class' with mode mps"
+    )
+    return [Finding(message, ("allocation",))]
+
+
+def _min_fraction_not_above_max(policy: Policy, spec: _Spec) -> list[Finding]:
+    low, high = policy.min_fraction, policy.max_fraction
+    if low <= high:
+        return []
+    return [Finding(f"min {low} is above max {high}; min must not exceed max", ("fraction",))]
+
+
+def _headroom_below_min_fraction(policy: Policy, spec: _Spec) -> list[Finding]:
+    headroom = policy.headroom.fraction
+    if headroom < policy.min_fraction or headroom <= 0:
+        return []
+    message = (
+        f"headroom {spec['headroom']!r} is as large as the smallest allowed fraction "
+        f"({policy.min_fraction}); lower the headroom or raise fraction.min"
+    )
+    return [Finding(message, ("headroom",))]
+
+
+def _memory_headroom_needs_pool_memory(policy: Policy, spec: _Spec) -> list[Finding]:
+    if not policy.headroom.memory_mib or all(p.gpu_memory_mib is not None for p in policy.pools):
+        return []
+    message = (
+        "a headroom given as memory needs gpuMemory on every pool (or spec.gpuMemory); "
+        "give the headroom as a percentage instead"
+    )
+    return [Finding(message, ("headroom",))]
+
+
+def _whole_gpus_not_on_the_shared_resource(policy: Policy, spec: _Spec) -> list[Finding]:
+    whole = policy.whole_gpus
+    if whole.resource_name != policy.resource_name or whole.max <= 0:
+        return []
+    message = (
+        f"whole GPUs and shared slots both use {policy.resource_name}, so a whole-GPU pod would "
+        "get one shared slot: set wholeGpus.resourceName to the unshared resource, or "
+        "wholeGpus.max: 0"
+    )
+    return [Finding(message, ("wholeGpus",))]
+
+
+def _matches_some_namespace(policy: Policy, spec: _Spec) -> list[Finding]:
+    if policy.match.namespaces or policy.default:
+        return []
+    message = "this policy matches no namespace: add match.namespaces, or default: true"
+    return [Finding(message, ("match",))]
+
+
+RULES: tuple[Callable[[Policy, _Spec], list[Finding]], ...] = (
+    _gpu_memory_is_a_size,
+    _pools_follow_the_pool_rules,
+    _mps_mode_needs_replica_class,
+    _min_fraction_not_above_max,
+    _headroom_below_min_fraction,
+    _memory_headroom_needs_pool_memory,
+    _whole_gpus_not_on_the_shared_resource,
+    _matches_some_namespace,
+)
+
+
+def check(policy: Policy, spec: _Spec) -> list[Finding]:
+    """What breaks ``RULES``, in their order; empty for a valid policy."""
+    return [finding for rule in RULES for finding in rule(policy, spec)]
