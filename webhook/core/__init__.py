@@ -6,7 +6,9 @@ the names below; the modules behind them are free to change.
 
     request      the annotations, read strictly         policy/   documents -> PolicySet
     placement    fraction -> pool and slots             modes/    one module per sharing mode
-    frameworks   TensorFlow / JAX / PyTorch env knobs   planning  the decision (edits)
+    frameworks   TensorFlow / JAX / PyTorch env knobs   memo      bounded memos (plan_memos)
+    planning     the decision: a plan of edits, built in a draft by container_resources,
+                 container_env, mode_edits and injections
     edits, patch, render   edits -> exact JSON Patch / planned pod
     verdict      mutate / validate: the webhooks' answers
 """

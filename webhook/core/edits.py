@@ -14,8 +14,8 @@ from typing import Any, TypeAlias
 Key = str | int
 Path = tuple[Key, ...]
 
-# Plain slotted classes, not frozen dataclasses: a plan creates several per admission and a
-# frozen dataclass costs several times more to build.
+# Slotted mutable dataclasses, not frozen ones: a plan builds several per admission, on the
+# hot path, and frozen dataclasses are slower to build.
 
 
 @dataclass(slots=True)

@@ -91,16 +91,7 @@ def read_request(annotations: Mapping[str, object]) -> GpuRequest | list[Request
             )
         )
 
-    container = annotations.get(CONTAINER_ANNOTATION)
-    container_name = None if container is None else str(container)
-    if container_name is not None and not container_name.strip():
-        problems.append(
-            RequestProblem(
-                f"{CONTAINER_ANNOTATION} is empty: name one of the pod's containers, or remove "
-                "the annotation to use the first container."
-            )
-        )
-
+    container_name = _read_container_name(annotations, problems)
     if problems:
         return problems
     return GpuRequest(
@@ -111,6 +102,21 @@ def read_request(annotations: Mapping[str, object]) -> GpuRequest | list[Request
         whole_gpus=whole,
         container_name=container_name,
     )
+
+
+def _read_container_name(
+    annotations: Mapping[str, object], problems: list[RequestProblem]
+) -> str | None:
+    container = annotations.get(CONTAINER_ANNOTATION)
+    container_name = None if container is None else str(container)
+    if container_name is not None and not container_name.strip():
+        problems.append(
+            RequestProblem(
+                f"{CONTAINER_ANNOTATION} is empty: name one of the pod's containers, or remove "
+                "the annotation to use the first container."
+            )
+        )
+    return container_name
 
 
 @functools.lru_cache(maxsize=1024)  # pods repeat a handful of values; results are immutable

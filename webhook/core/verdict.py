@@ -1,6 +1,6 @@
 """The core's front door: ``mutate`` and ``validate`` answer what the webhooks answer.
 
-Both are pure: a pod (plain dict) in, an ``Verdict`` out. The HTTP and CLI edges only
+Both are pure: a pod (plain dict) in, a ``Verdict`` out. The HTTP and CLI edges only
 decode their input, call these, and encode the outcome.
 """
 
@@ -10,10 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.constants import (
-    APPLIED_ANNOTATION,
-    FRACTION_ANNOTATION,
-)
+from webhook.constants import APPLIED_ANNOTATION, FRACTION_ANNOTATION
 from webhook.core.patch import JsonPatch, build_patch
 from webhook.core.planning import (
     FORBIDDEN,
@@ -23,12 +20,10 @@ from webhook.core.planning import (
     Untouched,
     plan_pod,
 )
-from webhook.core.policy.model import DirectRequests, PolicySet
+from webhook.core.policy.model import DirectRequests, Policy, PolicySet
 from webhook.core.policy.selection import select_policy
 from webhook.core.render import render
-from webhook.core.request import (
-    has_gpu_request,
-)
+from webhook.core.request import has_gpu_request
 
 
 @dataclass(frozen=True)
@@ -78,41 +73,53 @@ def validate(pod: Mapping[str, Any], namespace: str, policies: PolicySet) -> Ver
     metadata = pod.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
     if has_gpu_request(annotations):
-        decision = plan_pod(pod, namespace, policies)
-        if isinstance(decision, Denied):
-            return _denied(decision)
-        if isinstance(decision, Untouched):
-            return Verdict(True, decision=decision)
-        drift = build_patch(pod, decision.edits)
-        if drift and APPLIED_ANNOTATION not in annotations:
-            return Verdict(
-                False,
-                reasons=(
-                    "This pod asks for a GPU share but was never mutated by gpushare: the "
-                    "mutating webhook was unreachable or skipped it. Check that "
-                    "mutate.gpushare.io is up and registered, then create the pod again.",
-                ),
-                code=FORBIDDEN,
-                policy=decision.policy.name,
-                decision=decision,
-            )
-        if drift:
-            paths = ", ".join(op["path"] for op in drift[:5])
-            return Verdict(
-                False,
-                reasons=(
-                    "The GPU-sharing settings injected at admission were changed afterwards "
-                    f"(at {paths}); remove the webhook or edit that changes them, or drop the "
-                    f"{FRACTION_ANNOTATION} annotation.",
-                ),
-                code=FORBIDDEN,
-                policy=decision.policy.name,
-                decision=decision,
-            )
-        return Verdict(True, policy=decision.policy.name, decision=decision)
+        return _validate_planned(pod, namespace, policies, annotations)
     policy = select_policy(policies, namespace, metadata.get("labels") or {}).policy
     if policy is None or policy.direct_requests is DirectRequests.ALLOW:
         return Verdict(True)
+    return _validate_direct_requests(pod, policy)
+
+
+def _validate_planned(
+    pod: Mapping[str, Any], namespace: str, policies: PolicySet, annotations: Mapping[str, Any]
+) -> Verdict:
+    """An annotated pod: planning it again must change nothing."""
+    decision = plan_pod(pod, namespace, policies)
+    if isinstance(decision, Denied):
+        return _denied(decision)
+    if isinstance(decision, Untouched):
+        return Verdict(True, decision=decision)
+    drift = build_patch(pod, decision.edits)
+    if drift and APPLIED_ANNOTATION not in annotations:
+        return Verdict(
+            False,
+            reasons=(
+                "This pod asks for a GPU share but was never mutated by gpushare: the "
+                "mutating webhook was unreachable or skipped it. Check that "
+                "mutate.gpushare.io is up and registered, then create the pod again.",
+            ),
+            code=FORBIDDEN,
+            policy=decision.policy.name,
+            decision=decision,
+        )
+    if drift:
+        paths = ", ".join(op["path"] for op in drift[:5])
+        return Verdict(
+            False,
+            reasons=(
+                "The GPU-sharing settings injected at admission were changed afterwards "
+                f"(at {paths}); remove the webhook or edit that changes them, or drop the "
+                f"{FRACTION_ANNOTATION} annotation.",
+            ),
+            code=FORBIDDEN,
+            policy=decision.policy.name,
+            decision=decision,
+        )
+    return Verdict(True, policy=decision.policy.name, decision=decision)
+
+
+def _validate_direct_requests(pod: Mapping[str, Any], policy: Policy) -> Verdict:
+    """A pod without annotation, under a policy that denies asking for its resource by hand."""
     spec = pod.get("spec") or {}
     for container in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
         resources = container.get("resources") or {}
