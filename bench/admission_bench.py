@@ -52,6 +52,7 @@ from webhook.server.settings import ServeSettings  # noqa: E402
 
 SERVICE_APP = "webhook.server.wsgi:app"
 FLOOR_APP = "bench.floor_app:app"
+FLOOR_WSGI_APP = "bench.floor_app:wsgi_app"
 TRANSPORT_ONLY_APP = "bench.transport_only_app:app"
 GUNICORN_CONFIG = "python:webhook.server.gunicorn_conf"
 CONCURRENCIES = (1, 8, 32)
@@ -414,10 +415,17 @@ def stop(server: Server) -> None:
             server.process.wait()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=4.0, help="seconds per wrk run")
     parser.add_argument("--rounds", type=int, default=5, help="floor/service alternations")
+    parser.add_argument(
+        "--floor",
+        choices=("flask", "wsgi"),
+        default="flask",
+        help="flask: a Flask app answering a constant (the floor the targets name); wsgi: a "
+        "bare WSGI callable, as the service is (the strict floor)",
+    )
     parser.add_argument(
         "--baseline",
         type=Path,
@@ -435,13 +443,18 @@ def main(argv: list[str] | None = None) -> int:
         help="also run the service with a precomputed core decision, to split the gap to "
         "the floor into transport and core",
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if shutil.which("wrk") is None:
         print("wrk is not installed: apt-get install wrk", file=sys.stderr)
         return 2
     concurrencies = tuple(args.concurrency or CONCURRENCIES)
-    apps: list[tuple[str, str, Path]] = [("floor", FLOOR_APP, REPO), ("service", SERVICE_APP, REPO)]
-    print(f"floor: {FLOOR_APP}", flush=True)
+    floor_app = FLOOR_WSGI_APP if args.floor == "wsgi" else FLOOR_APP
+    apps: list[tuple[str, str, Path]] = [("floor", floor_app, REPO), ("service", SERVICE_APP, REPO)]
+    print(f"floor: {floor_app} ({args.floor})", flush=True)
     if args.attribute:
         apps.append(("transport", TRANSPORT_ONLY_APP, REPO))
     if args.baseline:

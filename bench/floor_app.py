@@ -1,11 +1,18 @@
-"""The benchmark's floor: the webhook's own Flask/gunicorn/TLS stack doing no admission work.
+"""The benchmark's floors: gunicorn/TLS answering admissions without doing any admission work.
 
-It reads the body (a real server must) and answers a constant ``allowed: true`` without
+Both read the body (a real server must) and answer a constant ``allowed: true`` without
 parsing anything, served by the same gunicorn config as the real service, so the gap is what
 the webhook itself costs.
+
+- ``app``: a Flask app (the floor the performance targets name).
+- ``wsgi_app``: a bare WSGI callable, as the service is: the strict floor, and the measure
+  of what a web framework would add per request.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from flask import Flask, Response, request
 
@@ -31,3 +38,11 @@ def create_floor_app() -> Flask:
 
 
 app = create_floor_app()
+
+
+def wsgi_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+    start_response(
+        "200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(ALLOWED)))]
+    )
+    return [ALLOWED]

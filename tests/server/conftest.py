@@ -1,4 +1,4 @@
-"""Fixtures for the server tests: the real bundled policies behind a Flask test client."""
+"""Fixtures for the server tests: the real bundled policies behind a WSGI test client."""
 
 from __future__ import annotations
 
@@ -9,12 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from flask import Flask
-from flask.testing import FlaskClient
+from werkzeug.test import Client
 
 from webhook.json_logging import json_handler
-from webhook.server.app import create_app
-from webhook.server.instrument import ADMISSION_LOGGER
+from webhook.server.app import WebhookApp, create_app
+from webhook.server.batched_log import ADMISSION_LOGGER
 from webhook.server.metrics import AdmissionMetrics
 from webhook.server.policy_store import PolicyStore
 
@@ -56,10 +55,12 @@ def metrics() -> AdmissionMetrics:
 
 
 @pytest.fixture
-def app(store: PolicyStore, metrics: AdmissionMetrics, admission_log_stream: io.StringIO) -> Flask:
+def app(
+    store: PolicyStore, metrics: AdmissionMetrics, admission_log_stream: io.StringIO
+) -> WebhookApp:
     return create_app(store, metrics=metrics)
 
 
 @pytest.fixture
-def client(app: Flask) -> FlaskClient:
-    return app.test_client()
+def client(app: WebhookApp) -> Client:
+    return Client(app)

@@ -5,17 +5,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from flask import Flask
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from werkzeug.test import Client
 
-from webhook.server.app import create_app
+from webhook.server.app import WebhookApp, create_app
 from webhook.server.policy_store import PolicyStore
 
 from .support import BUNDLED_POLICIES, annotated_pod, review
 
 # One app for all examples: hypothesis reruns the test body, not function-scoped fixtures.
-APP: Flask = create_app(PolicyStore.loaded(BUNDLED_POLICIES))
+APP: WebhookApp = create_app(PolicyStore.loaded(BUNDLED_POLICIES))
 
 JSON_SCALARS = (
     st.none()
@@ -52,7 +52,7 @@ def mangled(value: Any, data: st.DataObject) -> Any:
 def test_mangled_pods_get_an_enveloped_answer(data: st.DataObject) -> None:
     payload = review(mangled(annotated_pod(), data), uid="fuzz")
     for path in ("/mutate", "/validate"):
-        response = APP.test_client().post(path, json=payload)
+        response = Client(APP).post(path, json=payload)
         assert response.status_code in (200, 400), response.get_data(as_text=True)
         body = response.get_json()
         assert body["apiVersion"] == "admission.k8s.io/v1"
@@ -68,7 +68,7 @@ def test_mangled_pods_get_an_enveloped_answer(data: st.DataObject) -> None:
 )
 def test_arbitrary_requests_get_a_clean_answer(request: dict[str, Any]) -> None:
     payload = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-    response = APP.test_client().post(
+    response = Client(APP).post(
         "/mutate", data=json.dumps(payload), content_type="application/json"
     )
     assert response.status_code in (200, 400)

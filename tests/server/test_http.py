@@ -1,4 +1,4 @@
-"""The HTTP layer through the Flask test client: envelope, bad input, decisions, scope."""
+"""The HTTP layer through a WSGI test client: envelope, bad input, decisions, scope."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from flask.testing import FlaskClient
+from werkzeug.test import Client
 
 from webhook.server import admission
 from webhook.server.app import create_app
@@ -21,7 +21,7 @@ from .support import annotated_pod, decoded_patch, plain_pod, review
 UID = "0a1b2c3d-0000-4000-8000-000000000001"
 
 
-def post(client: FlaskClient, path: str, payload: Any) -> tuple[int, dict[str, Any]]:
+def post(client: Client, path: str, payload: Any) -> tuple[int, dict[str, Any]]:
     response = client.post(path, data=json.dumps(payload), content_type="application/json")
     assert response.mimetype == "application/json"
     return response.status_code, response.get_json()
@@ -39,7 +39,7 @@ def assert_envelope(body: dict[str, Any], uid: str = UID) -> dict[str, Any]:
 # -- decisions ------------------------------------------------------------------------------
 
 
-def test_annotated_pod_is_patched_and_the_patch_applies(client: FlaskClient) -> None:
+def test_annotated_pod_is_patched_and_the_patch_applies(client: Client) -> None:
     pod = annotated_pod("0.5")
     status, body = post(client, "/mutate", review(pod))
     assert status == 200
@@ -52,7 +52,7 @@ def test_annotated_pod_is_patched_and_the_patch_applies(client: FlaskClient) -> 
     assert limits["nvidia.com/gpu.shared"] == requests["nvidia.com/gpu.shared"] == "1"
 
 
-def test_mutating_the_mutated_pod_yields_no_patch(client: FlaskClient) -> None:
+def test_mutating_the_mutated_pod_yields_no_patch(client: Client) -> None:
     pod = annotated_pod("0.25")
     _, first = post(client, "/mutate", review(pod))
     mutated = jsonpatch.apply_patch(pod, decoded_patch(first["response"]))
@@ -62,14 +62,14 @@ def test_mutating_the_mutated_pod_yields_no_patch(client: FlaskClient) -> None:
     assert "patch" not in response and "patchType" not in response
 
 
-def test_dry_run_gets_the_same_answer(client: FlaskClient) -> None:
+def test_dry_run_gets_the_same_answer(client: Client) -> None:
     pod = annotated_pod("0.5")
     _, real = post(client, "/mutate", review(pod))
     _, dry = post(client, "/mutate", review(pod, dry_run=True))
     assert dry["response"] == real["response"]
 
 
-def test_policy_violation_is_denied_with_200_and_status(client: FlaskClient) -> None:
+def test_policy_violation_is_denied_with_200_and_status(client: Client) -> None:
     status, body = post(client, "/mutate", review(annotated_pod("0.9")))
     assert status == 200
     response = assert_envelope(body)
@@ -79,20 +79,20 @@ def test_policy_violation_is_denied_with_200_and_status(client: FlaskClient) -> 
     assert "patch" not in response
 
 
-def test_unreadable_fraction_is_denied_with_a_message(client: FlaskClient) -> None:
+def test_unreadable_fraction_is_denied_with_a_message(client: Client) -> None:
     _, body = post(client, "/mutate", review(annotated_pod("half")))
     response = assert_envelope(body)
     assert response["allowed"] is False
     assert "half" in response["status"]["message"]
 
 
-def test_pod_without_annotation_is_allowed_unchanged(client: FlaskClient) -> None:
+def test_pod_without_annotation_is_allowed_unchanged(client: Client) -> None:
     _, body = post(client, "/mutate", review(plain_pod()))
     response = assert_envelope(body)
     assert response == {"uid": UID, "allowed": True}
 
 
-def test_validate_accepts_what_mutate_produced(client: FlaskClient) -> None:
+def test_validate_accepts_what_mutate_produced(client: Client) -> None:
     pod = annotated_pod("0.5")
     _, mutated_answer = post(client, "/mutate", review(pod))
     mutated = jsonpatch.apply_patch(pod, decoded_patch(mutated_answer["response"]))
@@ -101,7 +101,7 @@ def test_validate_accepts_what_mutate_produced(client: FlaskClient) -> None:
     assert assert_envelope(body) == {"uid": UID, "allowed": True}
 
 
-def test_validate_denies_a_pod_whose_injected_limits_were_removed(client: FlaskClient) -> None:
+def test_validate_denies_a_pod_whose_injected_limits_were_removed(client: Client) -> None:
     pod = annotated_pod("0.5")
     _, mutated_answer = post(client, "/mutate", review(pod))
     tampered = jsonpatch.apply_patch(pod, decoded_patch(mutated_answer["response"]))
@@ -113,7 +113,7 @@ def test_validate_denies_a_pod_whose_injected_limits_were_removed(client: FlaskC
     assert "changed afterwards" in response["status"]["message"]
 
 
-def test_validate_denies_a_direct_shared_resource_request(client: FlaskClient) -> None:
+def test_validate_denies_a_direct_shared_resource_request(client: Client) -> None:
     pod = plain_pod()
     pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu.shared"] = "1"
     _, body = post(client, "/validate", review(pod))
@@ -122,13 +122,13 @@ def test_validate_denies_a_direct_shared_resource_request(client: FlaskClient) -
     assert "gpu-fraction" in response["status"]["message"]
 
 
-def test_validate_never_sends_a_patch(client: FlaskClient) -> None:
+def test_validate_never_sends_a_patch(client: Client) -> None:
     _, body = post(client, "/validate", review(annotated_pod("0.5")))
     response = assert_envelope(body)
     assert "patch" not in response
 
 
-def test_warnings_are_short(client: FlaskClient, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_warnings_are_short(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     from webhook.core.verdict import Verdict
 
     def noisy(pod: Any, namespace: str, policies: Any) -> Verdict:
@@ -145,26 +145,26 @@ def test_warnings_are_short(client: FlaskClient, monkeypatch: pytest.MonkeyPatch
 
 
 @pytest.mark.parametrize("operation", ["UPDATE", "DELETE", "CONNECT"])
-def test_only_create_is_mutated(client: FlaskClient, operation: str) -> None:
+def test_only_create_is_mutated(client: Client, operation: str) -> None:
     _, body = post(client, "/mutate", review(annotated_pod(), operation=operation))
     assert assert_envelope(body) == {"uid": UID, "allowed": True}
 
 
-def test_other_kinds_are_allowed_unchanged(client: FlaskClient) -> None:
+def test_other_kinds_are_allowed_unchanged(client: Client) -> None:
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}
     payload = review(deployment, kind=("apps", "v1", "Deployment"), resource="deployments")
     _, body = post(client, "/mutate", payload)
     assert assert_envelope(body) == {"uid": UID, "allowed": True}
 
 
-def test_pod_subresources_are_allowed_unchanged(client: FlaskClient) -> None:
+def test_pod_subresources_are_allowed_unchanged(client: Client) -> None:
     payload = review(annotated_pod(), subResource="binding")
     _, body = post(client, "/mutate", payload)
     assert assert_envelope(body) == {"uid": UID, "allowed": True}
 
 
 @pytest.mark.parametrize("namespace", ["kube-system", "gpushare-system"])
-def test_excluded_namespaces_are_skipped(client: FlaskClient, namespace: str) -> None:
+def test_excluded_namespaces_are_skipped(client: Client, namespace: str) -> None:
     pod = annotated_pod(namespace=namespace)
     _, body = post(client, "/mutate", review(pod, namespace=namespace))
     response = assert_envelope(body)
@@ -174,14 +174,14 @@ def test_excluded_namespaces_are_skipped(client: FlaskClient, namespace: str) ->
     ]
 
 
-def test_namespace_comes_from_the_request(client: FlaskClient) -> None:
+def test_namespace_comes_from_the_request(client: Client) -> None:
     pod = annotated_pod(namespace="ml")  # the object may claim any namespace, or none
     _, body = post(client, "/mutate", review(pod, namespace="kube-system"))
     response = assert_envelope(body)
     assert response["allowed"] is True and "patch" not in response
 
 
-def test_mirror_pods_are_skipped(client: FlaskClient) -> None:
+def test_mirror_pods_are_skipped(client: Client) -> None:
     pod = annotated_pod()
     pod["metadata"]["annotations"]["kubernetes.io/config.mirror"] = "abc123"
     for path in ("/mutate", "/validate"):
@@ -205,42 +205,42 @@ def error_of(response: Any, status: int) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("path", ["/mutate", "/validate"])
-def test_empty_body_is_400(client: FlaskClient, path: str) -> None:
+def test_empty_body_is_400(client: Client, path: str) -> None:
     error = error_of(client.post(path, data=b"", content_type="application/json"), 400)
     assert "empty" in error["status"]["message"]
 
 
-def test_invalid_json_is_400(client: FlaskClient) -> None:
+def test_invalid_json_is_400(client: Client) -> None:
     response = client.post("/mutate", data=b'{"apiVersion": ', content_type="application/json")
     assert "not valid JSON" in error_of(response, 400)["status"]["message"]
 
 
 @pytest.mark.parametrize("content_type", ["text/plain", "application/yaml", None])
-def test_wrong_content_type_is_415(client: FlaskClient, content_type: str | None) -> None:
+def test_wrong_content_type_is_415(client: Client, content_type: str | None) -> None:
     data = json.dumps(review(annotated_pod())).encode()
     response = client.post("/mutate", data=data, content_type=content_type)
     error_of(response, 415)
 
 
-def test_content_type_parameters_are_accepted(client: FlaskClient) -> None:
+def test_content_type_parameters_are_accepted(client: Client) -> None:
     data = json.dumps(review(annotated_pod())).encode()
     response = client.post("/mutate", data=data, content_type="application/json; charset=utf-8")
     assert response.status_code == 200
 
 
 @pytest.mark.parametrize("body", ["[]", '"review"', "42", "null"])
-def test_non_object_body_is_400(client: FlaskClient, body: str) -> None:
+def test_non_object_body_is_400(client: Client, body: str) -> None:
     error_of(client.post("/mutate", data=body, content_type="application/json"), 400)
 
 
-def test_missing_request_is_400(client: FlaskClient) -> None:
+def test_missing_request_is_400(client: Client) -> None:
     payload = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}
     error = error_of(client.post("/mutate", json=payload), 400)
     assert "no request" in error["status"]["message"]
 
 
 @pytest.mark.parametrize("request_value", [None, [], "x", 3])
-def test_non_object_request_is_400(client: FlaskClient, request_value: Any) -> None:
+def test_non_object_request_is_400(client: Client, request_value: Any) -> None:
     payload = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}
     payload["request"] = request_value
     error_of(client.post("/mutate", json=payload), 400)
@@ -255,7 +255,7 @@ def test_non_object_request_is_400(client: FlaskClient, request_value: Any) -> N
     ],
 )
 def test_wrong_version_or_kind_is_400_with_uid(
-    client: FlaskClient, api_version: str | None, kind: str | None
+    client: Client, api_version: str | None, kind: str | None
 ) -> None:
     payload = review(annotated_pod())
     payload["apiVersion"], payload["kind"] = api_version, kind
@@ -265,7 +265,7 @@ def test_wrong_version_or_kind_is_400_with_uid(
 
 
 @pytest.mark.parametrize("uid", [None, "", 7])
-def test_missing_uid_is_400(client: FlaskClient, uid: Any) -> None:
+def test_missing_uid_is_400(client: Client, uid: Any) -> None:
     payload = review(annotated_pod())
     payload["request"]["uid"] = uid
     error_of(client.post("/mutate", json=payload), 400)
@@ -275,14 +275,14 @@ def test_missing_uid_is_400(client: FlaskClient, uid: Any) -> None:
     ("field", "value"),
     [("object", "pod"), ("object", [1]), ("kind", "Pod"), ("operation", 5), ("dryRun", "yes")],
 )
-def test_non_object_fields_are_400_with_uid(client: FlaskClient, field: str, value: Any) -> None:
+def test_non_object_fields_are_400_with_uid(client: Client, field: str, value: Any) -> None:
     payload = review(annotated_pod())
     payload["request"][field] = value
     error = error_of(client.post("/mutate", json=payload), 400)
     assert error["uid"] == UID
 
 
-def test_pod_create_without_object_is_400(client: FlaskClient) -> None:
+def test_pod_create_without_object_is_400(client: Client) -> None:
     error = error_of(client.post("/mutate", json=review(None)), 400)
     assert error["uid"] == UID
 
@@ -290,7 +290,7 @@ def test_pod_create_without_object_is_400(client: FlaskClient) -> None:
 def test_body_over_the_cap_is_413_by_content_length(store: PolicyStore) -> None:
     app = create_app(store, max_body_bytes=1024)
     data = json.dumps(review(annotated_pod(), padding="x" * 2000)).encode()
-    error_of(app.test_client().post("/mutate", data=data, content_type="application/json"), 413)
+    error_of(Client(app).post("/mutate", data=data, content_type="application/json"), 413)
 
 
 def test_body_over_the_cap_is_413_without_content_length(store: PolicyStore) -> None:
@@ -325,12 +325,12 @@ def test_body_over_the_cap_is_413_without_content_length(store: PolicyStore) -> 
     }
     statuses: list[str] = []
     body = b"".join(app(environ, lambda status, headers: statuses.append(status)))
-    assert statuses == ["413 REQUEST ENTITY TOO LARGE"]
+    assert statuses == ["413 Request Entity Too Large"]
     assert json.loads(body)["response"]["status"]["code"] == 413
     assert endless.served <= 100_000 + 64 * 1024
 
 
-def test_default_cap_admits_a_3_mib_review(client: FlaskClient) -> None:
+def test_default_cap_admits_a_3_mib_review(client: Client) -> None:
     payload = review(annotated_pod())
     payload["request"]["object"]["metadata"]["annotations"]["big"] = "x" * (3 * 1024 * 1024)
     status, _ = post(client, "/mutate", payload)
@@ -340,9 +340,7 @@ def test_default_cap_admits_a_3_mib_review(client: FlaskClient) -> None:
 # -- internal errors and missing policies ----------------------------------------------------
 
 
-def test_core_exception_is_500_with_uid(
-    client: FlaskClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_core_exception_is_500_with_uid(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(pod: Any, namespace: str, policies: Any) -> Any:
         raise RuntimeError("boom")
 
@@ -353,7 +351,7 @@ def test_core_exception_is_500_with_uid(
 
 
 def test_failure_outside_the_core_is_a_json_500(
-    client: FlaskClient,
+    client: Client,
     monkeypatch: pytest.MonkeyPatch,
     admission_log_stream: io.StringIO,
     caplog: pytest.LogCaptureFixture,
@@ -377,7 +375,7 @@ def test_no_policies_loaded_is_503(tmp_path: Any) -> None:
     broken.mkdir()
     (broken / "bad.yaml").write_text("kind: GpuSharingPolicy\n")
     app = create_app(PolicyStore.loaded(broken))
-    client = app.test_client()
+    client = Client(app)
     error = error_of(client.post("/mutate", json=review(annotated_pod())), 503)
     assert error["uid"] == UID
     assert client.get("/readyz").status_code == 503
@@ -388,19 +386,30 @@ def test_no_policies_loaded_is_503(tmp_path: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("method", "path", "status"), [("GET", "/mutate", 405), ("POST", "/nope", 404)]
+    ("method", "path", "status", "reason", "hint"),
+    [
+        ("GET", "/mutate", 405, "MethodNotAllowed", "use POST"),
+        ("POST", "/nope", 404, "NotFound", "/mutate"),
+        ("POST", "/healthz", 405, "MethodNotAllowed", "use GET"),
+    ],
 )
 def test_unknown_routes_answer_json(
-    client: FlaskClient, method: str, path: str, status: int
+    client: Client, method: str, path: str, status: int, reason: str, hint: str
 ) -> None:
-    error_of(client.open(path, method=method), status)
+    error = error_of(client.open(path, method=method), status)
+    assert error["status"]["reason"] == reason
+    assert hint in error["status"]["message"]
+
+
+def test_head_is_answered_like_get(client: Client) -> None:
+    assert client.open("/healthz", method="HEAD").status_code == 200
 
 
 # -- logs, health, metrics ------------------------------------------------------------------
 
 
 def test_one_json_log_line_per_admission(
-    client: FlaskClient, admission_log_stream: io.StringIO, caplog: pytest.LogCaptureFixture
+    client: Client, admission_log_stream: io.StringIO, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="gpushare.admission")
     post(client, "/mutate", review(annotated_pod(), uid="u-1"))
@@ -416,11 +425,11 @@ def test_one_json_log_line_per_admission(
     assert third["decision"] == "rejected" and third["level"] == "warning"
 
 
-def test_healthz(client: FlaskClient) -> None:
+def test_healthz(client: Client) -> None:
     assert client.get("/healthz").get_json() == {"status": "ok"}
 
 
-def test_readyz_reports_policies(client: FlaskClient) -> None:
+def test_readyz_reports_policies(client: Client) -> None:
     response = client.get("/readyz")
     assert response.status_code == 200
     body = response.get_json()
@@ -430,7 +439,7 @@ def test_readyz_reports_policies(client: FlaskClient) -> None:
     assert body["policies"]["last_reload_error"] is None
 
 
-def test_metrics_count_requests_by_endpoint_and_outcome(client: FlaskClient) -> None:
+def test_metrics_count_requests_by_endpoint_and_outcome(client: Client) -> None:
     post(client, "/mutate", review(annotated_pod()))
     post(client, "/mutate", review(annotated_pod("0.9")))
     post(client, "/validate", review(plain_pod()))
@@ -445,7 +454,7 @@ def test_metrics_count_requests_by_endpoint_and_outcome(client: FlaskClient) -> 
     assert "gpushare_policies_loaded 1.0" in text
 
 
-def test_request_object_is_not_modified(client: FlaskClient) -> None:
+def test_request_object_is_not_modified(client: Client) -> None:
     payload = review(annotated_pod())
     before = copy.deepcopy(payload)
     post(client, "/mutate", payload)
@@ -464,7 +473,7 @@ def test_request_object_is_not_modified(client: FlaskClient) -> None:
     ],
 )
 def test_pod_fields_of_the_wrong_type_are_400_naming_the_field(
-    client: FlaskClient, path: tuple[str | int, ...], value: Any, message: str
+    client: Client, path: tuple[str | int, ...], value: Any, message: str
 ) -> None:
     pod = annotated_pod()
     parent: Any = pod

@@ -148,7 +148,7 @@ def test_declared_oversized_body_is_413_before_it_is_sent(server: RunningServer)
             b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             b"Content-Length: 8388610\r\n\r\n{"
         )
-        assert read_status_line(tls) == b"HTTP/1.1 413 REQUEST ENTITY TOO LARGE"
+        assert read_status_line(tls) == b"HTTP/1.1 413 Request Entity Too Large"
 
 
 def test_chunked_body_is_cut_off_at_the_cap(server: RunningServer) -> None:
@@ -165,7 +165,7 @@ def test_chunked_body_is_cut_off_at_the_cap(server: RunningServer) -> None:
                 tls.sendall(framed)
         except (BrokenPipeError, ConnectionResetError, ssl.SSLEOFError):
             pass  # the server may stop reading once it has answered
-        assert read_status_line(tls) == b"HTTP/1.1 413 REQUEST ENTITY TOO LARGE"
+        assert read_status_line(tls) == b"HTTP/1.1 413 Request Entity Too Large"
 
 
 def test_one_json_log_line_per_admission(server: RunningServer) -> None:

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from werkzeug.test import Client
 
 from webhook.server.app import create_app
 from webhook.server.metrics import AdmissionMetrics
@@ -136,7 +137,7 @@ def test_readyz_and_metrics_show_a_refused_reload(policy_dir: Path) -> None:
             ok, len(policies.policies) if policies else None
         ),
     )
-    client = create_app(store, metrics=metrics).test_client()
+    client = Client(create_app(store, metrics=metrics))
     (policy_dir / "default.yaml").write_text("apiVersion: [\n")
     store.refresh()
     response = client.get("/readyz")

@@ -1,64 +1,108 @@
-"""The Flask application: the admission routes, health, readiness and metrics.
+"""The WSGI application: the admission routes, health, readiness and metrics.
 
-``POST /mutate`` and ``POST /validate`` hand the body (capped by Flask's
-``MAX_CONTENT_LENGTH``: 413 before reading a declared length over it, and a chunked body is
-cut off at it) to an instrumented review pipeline (``admission``, ``instrument``).
-``/healthz`` says the process answers; ``/readyz`` says it should get traffic (policies
-loaded, certificate valid) and shows why not; ``/metrics`` is the Prometheus exposition of
-all workers. Any other path or method still gets a JSON AdmissionReview error, never an
-HTML page.
+A plain WSGI callable rather than a web framework: the service has five fixed routes and
+answers nothing but JSON and the Prometheus text, and a framework's request and response
+objects cost more CPU per admission than decoding, checking and answering the review
+together (bench/README.md, "Why no web framework"). Routing is one dict lookup; every
+answer, errors included, is a JSON body with its Content-Length.
+
+``POST /mutate`` and ``POST /validate`` hand the request's Content-Type and a capped body
+reader (``request_body``) to an instrumented review pipeline (``admission``,
+``instrument``). ``/healthz`` says the process answers; ``/readyz`` says it should get
+traffic (policies loaded, certificate valid) and shows why not; ``/metrics`` is the
+Prometheus exposition of all workers. Another path is a 404, another method a 405, both as
+AdmissionReview errors, so an apiserver pointed at the wrong path still reads the reason.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
 
 import orjson
-from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from webhook.core import PolicySet
 from webhook.server.admission import Endpoint, ReviewPipeline, pod_handler, review_pipeline
 from webhook.server.instrument import instrumented
 from webhook.server.metrics import EXPOSITION_CONTENT_TYPE, AdmissionMetrics
 from webhook.server.policy_store import PolicyStore
+from webhook.server.request_body import read_body
 from webhook.server.review import JSON_CONTENT_TYPE, AdmissionResponse, encode_review, errored
 from webhook.server.settings import DEFAULT_MAX_BODY_BYTES, ServeSettings
 from webhook.server.tls import ServingCertificate, serving_certificate
 
+log = logging.getLogger("gpushare.server")
 
-def _json_response(status: int, payload: object) -> Response:
-    return Response(orjson.dumps(payload), status=status, mimetype=JSON_CONTENT_TYPE)
-
-
-def _review_response(response: AdmissionResponse) -> Response:
-    return Response(
-        encode_review(response), status=response.http_status, mimetype=JSON_CONTENT_TYPE
-    )
+Environ = dict[str, Any]
+StartResponse = Callable[..., Any]
 
 
-def read_body() -> bytes | None:
-    """The current request's body, or None when it is over ``MAX_CONTENT_LENGTH``.
-
-    Werkzeug refuses a declared length over the cap before reading; a chunked body is read
-    up to the cap and no further, and one that reaches it is taken as too large.
-    """
-    try:
-        body = request.get_data(cache=False)
-    except RequestEntityTooLarge:
-        return None
-    limit = request.max_content_length
-    if request.content_length is None and limit is not None and len(body) >= limit:
-        return None
-    return body
+@dataclass(frozen=True, slots=True)
+class HttpAnswer:
+    status: int
+    body: bytes
+    content_type: str = JSON_CONTENT_TYPE
 
 
-def _review_view(review: ReviewPipeline) -> Callable[[], Response]:
-    def view() -> Response:
-        return _review_response(review(request.content_type or "", read_body))
+Route = Callable[[Environ], HttpAnswer]
+_STATUS_LINES = {status.value: f"{status.value} {status.phrase}" for status in HTTPStatus}
 
-    return view
+
+def _json(status: int, payload: object) -> HttpAnswer:
+    return HttpAnswer(status, orjson.dumps(payload))
+
+
+def _review_answer(response: AdmissionResponse) -> HttpAnswer:
+    return HttpAnswer(response.http_status, encode_review(response))
+
+
+def _error_answer(status: int, message: str) -> HttpAnswer:
+    return _review_answer(errored(status, message).complete(None))
+
+
+class WebhookApp:
+    """The WSGI callable gunicorn serves: ``routes[path][method]`` answers each request."""
+
+    def __init__(self, routes: dict[str, dict[str, Route]]) -> None:
+        self.routes = routes
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        answer = self.answer(environ)
+        start_response(
+            _STATUS_LINES.get(answer.status) or str(answer.status),
+            [("Content-Type", answer.content_type), ("Content-Length", str(len(answer.body)))],
+        )
+        return [answer.body]
+
+    def answer(self, environ: Environ) -> HttpAnswer:
+        path, method = environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD", "")
+        methods = self.routes.get(path)
+        if methods is None:
+            return _error_answer(
+                404, f"No such path {path!r}: the webhook serves /mutate and /validate."
+            )
+        route = methods.get(method) or (methods.get("GET") if method == "HEAD" else None)
+        if route is None:
+            allowed = ", ".join(sorted(methods))
+            return _error_answer(405, f"{method} is not allowed on {path}; use {allowed}.")
+        try:
+            return route(environ)
+        except Exception:
+            log.exception("request failed", extra={"path": path})
+            return _error_answer(500, "The webhook failed to answer the request; see its logs.")
+
+
+def _review_route(review: ReviewPipeline, max_body_bytes: int) -> Route:
+    def route(environ: Environ) -> HttpAnswer:
+        content_type = environ.get("CONTENT_TYPE", "")
+        response = review(content_type, lambda: read_body(environ, max_body_bytes))
+        return _review_answer(response)
+
+    return route
 
 
 def create_app(
@@ -67,55 +111,34 @@ def create_app(
     certificate: ServingCertificate | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     metrics: AdmissionMetrics | None = None,
-) -> Flask:
+) -> WebhookApp:
     """The webhook's WSGI app, deciding with the policies ``store`` holds.
 
     ``certificate`` is the pair the TLS listener serves; readiness requires it to be valid.
-    Without one (tests through the Flask client) readiness looks at policies only.
+    Without one (tests through a WSGI test client) readiness looks at policies only.
     """
     metrics = metrics or AdmissionMetrics()
-    app = Flask("gpushare")
-    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
-    app.config["GPUSHARE_METRICS"] = metrics
-    app.config["GPUSHARE_POLICY_STORE"] = store
     policies = store.policies
     if policies is not None:
         metrics.set_policies_loaded(len(policies.policies))
-
+    routes: dict[str, dict[str, Route]] = {}
     for endpoint in Endpoint:
-        review = review_pipeline(pod_handler(endpoint, store), max_body_bytes)
-        app.add_url_rule(
-            f"/{endpoint}",
-            endpoint=str(endpoint),
-            view_func=_review_view(instrumented(review, metrics, endpoint)),
-            methods=["POST"],
-        )
-
-    _add_status_routes(app, store, certificate, metrics)
-
-    @app.errorhandler(HTTPException)
-    def http_error(error: HTTPException) -> Response:
-        # Wrong method or path, or a failure outside the pipeline: still an AdmissionReview.
-        status = error.code or 500
-        return _review_response(errored(status, error.description or error.name).complete(None))
-
-    return app
+        pipeline = review_pipeline(pod_handler(endpoint, store), max_body_bytes)
+        review = instrumented(pipeline, metrics, endpoint)
+        routes[f"/{endpoint}"] = {"POST": _review_route(review, max_body_bytes)}
+    routes.update(_status_routes(store, certificate, metrics))
+    return WebhookApp(routes)
 
 
-def _add_status_routes(
-    app: Flask,
-    store: PolicyStore,
-    certificate: ServingCertificate | None,
-    metrics: AdmissionMetrics,
-) -> None:
+def _status_routes(
+    store: PolicyStore, certificate: ServingCertificate | None, metrics: AdmissionMetrics
+) -> dict[str, dict[str, Route]]:
     """``/healthz``, ``/readyz`` and ``/metrics``."""
 
-    @app.get("/healthz")
-    def healthz() -> Response:
-        return _json_response(200, {"status": "ok"})
+    def healthz(environ: Environ) -> HttpAnswer:
+        return _json(200, {"status": "ok"})
 
-    @app.get("/readyz")
-    def readyz() -> Response:
+    def readyz(environ: Environ) -> HttpAnswer:
         now = dt.datetime.now(dt.UTC)
         policy_status = store.status()
         details: dict[str, object] = {"policies": policy_status.as_dict()}
@@ -125,18 +148,23 @@ def _add_status_routes(
             details["certificate"] = cert_status.as_dict(now)
             ready = ready and cert_status.valid_at(now)
         details["ready"] = ready
-        return _json_response(200 if ready else 503, details)
+        return _json(200 if ready else 503, details)
 
-    @app.get("/metrics")
-    def metrics_view() -> Response:
+    def metrics_view(environ: Environ) -> HttpAnswer:
         if certificate is not None:
             cert_status = certificate.status()
             if cert_status.not_after is not None:
                 metrics.set_certificate_expiry(cert_status.not_after.timestamp())
-        return Response(metrics.exposition(), status=200, content_type=EXPOSITION_CONTENT_TYPE)
+        return HttpAnswer(200, metrics.exposition(), EXPOSITION_CONTENT_TYPE)
+
+    return {
+        "/healthz": {"GET": healthz},
+        "/readyz": {"GET": readyz},
+        "/metrics": {"GET": metrics_view},
+    }
 
 
-def create_app_from_settings(settings: ServeSettings) -> Flask:
+def create_app_from_settings(settings: ServeSettings) -> WebhookApp:
     """The app a worker serves, with its policy poller running."""
     metrics = AdmissionMetrics()
 

@@ -8,6 +8,8 @@ runs gunicorn directly serve identically. What matters here:
 - ``ssl_context`` hook: gunicorn calls it for every accepted connection; the context comes
   from ``tls.ServingCertificate``, which enforces TLS 1.2+ and follows certificate files
   replaced on disk, so new connections get a new certificate without a restart.
+- Logs are JSON lines on stderr (``webhook.json_logging``); the admission lines go through
+  ``batched_log.BatchedLineHandler``, written in batches rather than one write each.
 - ``PROMETHEUS_MULTIPROC_DIR`` is set before anything imports ``prometheus_client``, so
   metrics are summed over all workers; stale files from an earlier run are removed.
 - No control socket: gunicorn 25.1+ would otherwise create one under ``~/.gunicorn/``.
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.json_logging import JsonFormatter
+from webhook.server.batched_log import ADMISSION_LOGGER
 from webhook.server.settings import ServeSettings
 
 _MULTIPROC_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
@@ -46,7 +49,12 @@ def logging_config(level: str) -> dict[str, Any]:
                 "class": "logging.StreamHandler",
                 "formatter": "json",
                 "stream": "ext://sys.stderr",
-            }
+            },
+            # One line per admission: written in batches (see batched_log).
+            "admissions": {
+                "class": "webhook.server.batched_log.BatchedLineHandler",
+                "formatter": "json",
+            },
         },
         "root": {"level": level.upper(), "handlers": ["stderr"]},
         "loggers": {
@@ -54,6 +62,11 @@ def logging_config(level: str) -> dict[str, Any]:
             # The webhook logs each admission itself, with its decision; gunicorn's access
             # lines would only repeat them.
             "gunicorn.access": {"level": "WARNING", "handlers": ["stderr"], "propagate": False},
+            ADMISSION_LOGGER: {
+                "level": level.upper(),
+                "handlers": ["admissions"],
+                "propagate": False,
+            },
         },
     }
 

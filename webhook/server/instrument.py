@@ -13,10 +13,9 @@ from time import perf_counter
 from typing import Any
 
 from webhook.server.admission import BodyReader, Endpoint, ReviewPipeline
+from webhook.server.batched_log import ADMISSION_LOGGER
 from webhook.server.metrics import AdmissionMetrics
 from webhook.server.review import AdmissionResponse
-
-ADMISSION_LOGGER = "gpushare.admission"
 
 
 def with_metrics(

@@ -1,0 +1,64 @@
+"""Reading a request body without letting a client make the server read or hold too much.
+
+Content-Length is trusted only to refuse early (413 before reading) and to stop reading; a
+chunked body, which has no length, is read up to the cap and no further.
+"""
+
+from __future__ import annotations
+
+from typing import IO, Any
+
+READ_CHUNK_BYTES = 64 * 1024
+
+
+def read_body(environ: dict[str, Any], max_body_bytes: int) -> bytes | None:
+    """The body of the WSGI request, or None when it is (or declares to be) too large.
+
+    Without a length and without a server that ends chunked input
+    (``wsgi.input_terminated``, which gunicorn sets) the body is taken as empty, since
+    reading could block forever.
+    """
+    stream = environ["wsgi.input"]
+    declared = environ.get("CONTENT_LENGTH")
+    if declared:
+        try:
+            length = int(declared)
+        except ValueError:
+            return b""
+        if length > max_body_bytes:
+            return None
+        return read_exactly(stream, length)
+    if not environ.get("wsgi.input_terminated"):
+        return b""
+    return read_capped(stream, max_body_bytes)
+
+
+def read_capped(stream: IO[bytes], limit: int) -> bytes | None:
+    """The stream to its end, or None as soon as it grows past ``limit`` bytes."""
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = stream.read(min(READ_CHUNK_BYTES, limit + 1 - total))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:
+            return None
+
+
+def read_exactly(stream: IO[bytes], length: int) -> bytes:
+    """``length`` bytes, or fewer if the stream ends first.
+
+    Never asks for more than ``length``: PEP 3333 lets a server block on a read past
+    Content-Length.
+    """
+    chunks: list[bytes] = []
+    remaining = length
+    while remaining > 0:
+        chunk = stream.read(min(READ_CHUNK_BYTES, remaining))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
