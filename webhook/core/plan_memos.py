@@ -37,6 +37,8 @@ def _placements() -> BoundedMemo[tuple[int, GpuRequest], Placement | list[str]]:
 
 @dataclass(frozen=True, slots=True)
 class PlanMemos:
+    """One ``BoundedMemo`` per memoized planning step."""
+
     # ``place`` by policy and request.
     placements: BoundedMemo[tuple[int, GpuRequest], Placement | list[str]] = field(
         default_factory=_placements
