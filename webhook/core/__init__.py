@@ -15,18 +15,17 @@ the names below; the modules behind them are free to change.
 
 from webhook.core.planning import Decision, Denied, Planned, Untouched
 from webhook.core.policy.loader import (
-    POLICY_SUFFIXES,
     default_policies_path,
     load_policies,
     load_policy_text,
     load_policy_texts,
+    read_policy_files,
 )
 from webhook.core.policy.model import Allocation, Mode, Policy, PolicySet, Pool
 from webhook.core.policy.schema import document_schema
 from webhook.core.verdict import Verdict, mutate, mutated_pod, validate
 
 __all__ = [
-    "POLICY_SUFFIXES",
     "Allocation",
     "Decision",
     "Denied",
@@ -44,5 +43,6 @@ __all__ = [
     "load_policy_texts",
     "mutate",
     "mutated_pod",
+    "read_policy_files",
     "validate",
 ]

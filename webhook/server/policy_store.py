@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from webhook.core import POLICY_SUFFIXES, PolicySet, load_policies, load_policy_texts
+from webhook.core import PolicySet, load_policy_texts, read_policy_files
 from webhook.errors import PolicyError
 
 log = logging.getLogger("gpushare.policies")
@@ -79,29 +79,6 @@ class PolicyStatus:
                 "at": failure.at.isoformat(),
             },
         }
-
-
-def read_policy_sources(path: Path) -> PolicySources:
-    """(file name, text) for every file ``load_policies(path)`` would read.
-
-    Raises ``PolicyError`` with the loader's own message when there is nothing to read.
-    """
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix in POLICY_SUFFIXES and p.is_file())
-    elif path.is_file():
-        files = [path]
-    else:
-        files = []
-    if not files:
-        load_policies(path)  # raises the loader's PolicyError naming what is missing
-        raise PolicyError([f"{path}: <path>: no policy files found."])
-    sources: PolicySources = []
-    for file in files:
-        try:
-            sources.append((str(file), file.read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError) as error:
-            raise PolicyError([f"{file}: <file>: cannot be read: {error}."]) from error
-    return sources
 
 
 def digest_of(sources: PolicySources) -> str:
@@ -163,7 +140,7 @@ class PolicyStore:
             first = not state.initial_done
             state.initial_done = True
             try:
-                sources = read_policy_sources(self.path)
+                sources = read_policy_files(self.path)
             except PolicyError as error:
                 return self._refuse(
                     error.problems, "unreadable:" + "\n".join(error.problems), first

@@ -42,6 +42,15 @@ class _Problems:
 
 def load_policies(path: str | Path) -> PolicySet:
     """Load a policy file, or every ``*.yaml``/``*.yml`` file of a directory (not recursive)."""
+    return load_policy_texts(read_policy_files(path))
+
+
+def read_policy_files(path: str | Path) -> list[tuple[str, str]]:
+    """(file name, text) of every file ``load_policies(path)`` reads, or a ``PolicyError``.
+
+    The one place that decides which files a policy path means; the server's policy store
+    hashes exactly these texts to notice changes.
+    """
     root = Path(path)
     if root.is_dir():
         files = sorted(p for p in root.iterdir() if p.suffix in POLICY_SUFFIXES and p.is_file())
@@ -62,7 +71,7 @@ def load_policies(path: str | Path) -> PolicySet:
             texts.append((str(file), file.read_text(encoding="utf-8")))
         except (OSError, UnicodeDecodeError) as error:
             raise PolicyError([f"{file}: <file>: cannot be read: {error}."]) from error
-    return load_policy_texts(texts)
+    return texts
 
 
 def load_policy_text(text: str, source: str = "<string>") -> PolicySet:
