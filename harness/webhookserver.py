@@ -116,8 +116,6 @@ class WebhookServer:
             str(policies),
             "--state-dir",
             str(workdir / "state"),
-            "--exclude-namespace",
-            "gpushare-system",
             # None: what `gpushare serve` chooses by itself.
             *(["--workers", str(workers)] if workers is not None else []),
             *(["--threads", str(threads)] if threads is not None else []),

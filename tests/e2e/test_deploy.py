@@ -33,6 +33,7 @@ from harness.api import as_json
 from harness.cli import gpushare, webhook_configuration
 from harness.controlplane import ControlPlane
 from harness.registration import Registration
+from webhook.core import load_policies
 from webhook.install.certs import service_dns_names
 from webhook.server.settings import ServeSettings
 
@@ -239,7 +240,10 @@ def test_stored_deployment_is_what_the_issue_asks_for(
     assert volumes["tls"]["secret"]["secretName"] == "gpushare-tls"
     assert settings.policies == Path(mounts["policies"])
     assert volumes["policies"]["configMap"]["name"] == "gpushare-policies"
-    assert SYSTEM_NAMESPACE in settings.exclude_namespaces
+    # The webhook's own namespace is excluded by the one setting, the policies it serves.
+    assert (
+        SYSTEM_NAMESPACE in load_policies(REPO / "deploy" / "base" / "policies").excluded_namespaces
+    )
     port = next(p for p in container["ports"] if p["name"] == "https")
     assert port["containerPort"] == settings.port
 
