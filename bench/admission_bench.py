@@ -315,7 +315,7 @@ def check_answers(server: Server, context: ssl.SSLContext, payloads: list[bytes]
         answer = json.loads(response.read())
         if response.status != 200 or not answer["response"]["allowed"]:
             raise SystemExit(f"{server.name} answered {response.status}: {answer}")
-        if server.name != "floor":
+        if "floor" not in server.name:
             patch = json.loads(base64.b64decode(answer["response"]["patch"]))
             if not patch:
                 raise SystemExit(f"{server.name} answered without a patch; policies not applied?")
@@ -427,6 +427,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "bare WSGI callable, as the service is (the strict floor)",
     )
     parser.add_argument(
+        "--compare-floors",
+        action="store_true",
+        help="also run the other floor in the same rounds and print what the Flask framework "
+        "adds per request over a bare WSGI callable",
+    )
+    parser.add_argument(
         "--baseline",
         type=Path,
         metavar="CHECKOUT",
@@ -459,6 +465,9 @@ def main(argv: list[str] | None = None) -> int:
         apps.append(("transport", TRANSPORT_ONLY_APP, REPO))
     if args.baseline:
         apps.append(("baseline", SERVICE_APP, args.baseline.resolve()))
+    if args.compare_floors:
+        other = FLOOR_APP if args.floor == "wsgi" else FLOOR_WSGI_APP
+        apps.append(("other-floor", other, REPO))
 
     work = Path(tempfile.mkdtemp(prefix="gpushare-bench-"))
     servers: list[Server] = []
@@ -508,6 +517,10 @@ def main(argv: list[str] | None = None) -> int:
         code = report(samples, concurrencies, attribute=args.attribute)
         if args.baseline:
             report_baseline(samples, concurrencies, args.baseline)
+        if args.compare_floors:
+            flask_name = "floor" if args.floor == "flask" else "other-floor"
+            wsgi_name = "other-floor" if args.floor == "flask" else "floor"
+            report_floors(samples, concurrencies, flask_name, wsgi_name)
         return code
     finally:
         for server in servers:
@@ -590,6 +603,25 @@ def report_baseline(
             f"{rps_ratio:.2f}"
         )
     print("cpu ratio = median over rounds of now/base CPU per request")
+
+
+def report_floors(
+    samples: dict[tuple[str, int], list[Measurement]],
+    concurrencies: tuple[int, ...],
+    flask_name: str,
+    wsgi_name: str,
+) -> None:
+    """What Flask adds per request over a bare WSGI callable, next to the service's CPU."""
+    print("\nfloors: Flask app vs bare WSGI callable, in the same rounds")
+    print(f"{'conc':>4} | {'flask cpu us':>12} {'wsgi cpu us':>11} {'flask adds':>10} | of service")
+    for connections in concurrencies:
+        flask = median_measurement(samples[(flask_name, connections)]).cpu_us_per_request
+        wsgi = median_measurement(samples[(wsgi_name, connections)]).cpu_us_per_request
+        service = median_measurement(samples[("service", connections)]).cpu_us_per_request
+        print(
+            f"{connections:>4} | {flask:>12.0f} {wsgi:>11.0f} {flask - wsgi:>10.0f} | "
+            f"{(flask - wsgi) / service:.0%}"
+        )
 
 
 if __name__ == "__main__":

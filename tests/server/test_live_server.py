@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -420,3 +421,52 @@ def test_gunicorn_entrypoint_with_environment_settings(tmp_path: Path) -> None:
         assert not (tmp_path / "metrics" / "counter_999999.db").exists()
     finally:
         assert server.stop() == 0
+
+
+# -- connections spread over workers ----------------------------------------------------------
+
+TCP_LISTEN, TCP_ESTABLISHED = "0A", "01"
+
+
+def socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    return inodes
+
+
+def tcp_inodes(port: int, state: str) -> set[str]:
+    """Inodes of the IPv4 TCP sockets bound to local ``port`` in ``state``."""
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local_port = int(fields[1].rsplit(":", 1)[1], 16)
+        if local_port == port and fields[3] == state:
+            inodes.add(fields[9])
+    return inodes
+
+
+def test_each_worker_listens_and_serves_on_its_own(server: RunningServer) -> None:
+    """Every worker has a listening socket of its own, and a burst of kept-alive connections
+    is not left to one worker (with 16 connections on 2 workers, the kernel's hashing gives
+    one worker all of them with probability 2**-15)."""
+    workers = server.worker_pids()
+    assert len(workers) >= 2
+    listening = tcp_inodes(server.port, TCP_LISTEN)
+    owned = [socket_inodes(pid) & listening for pid in workers]
+    assert all(len(inodes) == 1 for inodes in owned) and len(set.union(*owned)) == len(workers)
+
+    connections = [server.connection() for _ in range(16)]
+    try:
+        for connection in connections:
+            connection.request("GET", "/healthz")
+            assert connection.getresponse().read()
+        established = tcp_inodes(server.port, TCP_ESTABLISHED)
+        served = [len(socket_inodes(pid) & established) for pid in workers]
+        assert sum(served) == len(connections) and all(served), served
+    finally:
+        for connection in connections:
+            connection.close()

@@ -5,6 +5,9 @@ runs gunicorn directly serve identically. What matters here:
 
 - ``gthread`` workers: unlike ``sync`` they keep connections alive, which the apiserver
   reuses; TLS handshakes per request would dominate the cost of an admission.
+- ``reuse_port``: every worker listens on a socket of its own. With one shared socket the
+  worker that wakes first takes a whole burst of the apiserver's long-lived connections,
+  leaving the other cores idle for as long as those connections live (bench/README.md).
 - ``ssl_context`` hook: gunicorn calls it for every accepted connection; the context comes
   from ``tls.ServingCertificate``, which enforces TLS 1.2+ and follows certificate files
   replaced on disk, so new connections get a new certificate without a restart.
@@ -72,6 +75,9 @@ def logging_config(level: str) -> dict[str, Any]:
 
 
 bind = [_settings.bind]
+# Each worker binds a listening socket of its own with SO_REUSEPORT (gunicorn >= 24), so the
+# kernel, not the first worker to wake, decides which worker takes a new connection.
+reuse_port = True
 workers = _settings.workers
 worker_class = "gthread"
 threads = _settings.threads
