@@ -18,6 +18,7 @@ from webhook.core.planning import (
     Untouched,
     plan_pod,
 )
+from webhook.core.policy.loader import load_policy_text
 from webhook.core.policy.model import PolicySet
 from webhook.core.verdict import Verdict, mutate, mutated_pod, validate
 
@@ -534,3 +535,25 @@ def test_memoized_mode_changes_never_leak_into_planned_pods(mps_daemon_example: 
     second = mutate(copy.deepcopy(pod), "inference", mps_daemon_example)
     assert second.patch == first_patch
     assert "/tampered" not in json.dumps(second.patch)
+
+
+def test_validate_leaves_mirror_pods_alone() -> None:
+    """A static pod's API copy cannot be changed or recreated by its author: even one asking
+    for the shared resource by hand under a policy that denies it is not refused."""
+    strict = load_policy_text(
+        """
+apiVersion: gpushare.io/v1alpha1
+kind: GpuSharingPolicy
+metadata: {name: strict}
+spec:
+  match: {default: true}
+  mode: time-slicing
+  directResourceRequests: deny
+  pools: [{name: ts-2, replicas: 2}]
+"""
+    )
+    mirror = make_pod({"kubernetes.io/config.mirror": "abc"})
+    mirror["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu.shared": 1}}
+    assert validate(mirror, "research", strict).allowed
+    del mirror["metadata"]["annotations"]["kubernetes.io/config.mirror"]
+    assert not validate(mirror, "research", strict).allowed

@@ -66,6 +66,10 @@ class Planned:
 
 Decision = Untouched | Denied | Planned
 
+# The kubelet recreates a static pod's API copy from its file: admission cannot change it,
+# so neither webhook acts on one.
+MIRROR_POD = Untouched("mirror pods are managed by the kubelet and never mutated")
+
 
 def plan_pod(
     pod: Mapping[str, Any], namespace: str, policies: PolicySet, *, explain: bool = False
@@ -74,7 +78,7 @@ def plan_pod(
     metadata = as_mapping(pod.get("metadata"))
     annotations = as_mapping(metadata.get("annotations"))
     if MIRROR_POD_ANNOTATION in annotations:
-        return Untouched("mirror pods are managed by the kubelet and never mutated")
+        return MIRROR_POD
     if not has_gpu_request(annotations):
         return Untouched("the pod has no gpu-fraction or gpu-memory annotation")
     selection = select_policy(policies, namespace, as_mapping(metadata.get("labels")))

@@ -10,10 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.constants import APPLIED_ANNOTATION, FRACTION_ANNOTATION
+from webhook.constants import APPLIED_ANNOTATION, FRACTION_ANNOTATION, MIRROR_POD_ANNOTATION
 from webhook.core.patch import JsonPatch, build_patch
 from webhook.core.planning import (
     FORBIDDEN,
+    MIRROR_POD,
     Decision,
     Denied,
     Planned,
@@ -72,6 +73,8 @@ def validate(pod: Mapping[str, Any], namespace: str, policies: PolicySet) -> Ver
     """
     metadata = pod.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
+    if MIRROR_POD_ANNOTATION in annotations:
+        return Verdict(True, decision=MIRROR_POD)
     if has_gpu_request(annotations):
         return _validate_planned(pod, namespace, policies, annotations)
     policy = select_policy(policies, namespace, metadata.get("labels") or {}).policy
