@@ -39,6 +39,17 @@ class BatchedLineHandler(logging.Handler):
         self._flusher_pid: int | None = None
         self._wake = threading.Event()
 
+    def handle(self, record: logging.LogRecord) -> bool:
+        """Format outside any lock, then take the batch lock only to add the line.
+
+        ``logging.Handler.handle`` would hold the handler's lock while formatting, which the
+        worker's threads then contend for on every admission.
+        """
+        if not self.filter(record):
+            return False
+        self.emit(record)
+        return True
+
     def emit(self, record: logging.LogRecord) -> None:
         try:
             line = (self.format(record) + "\n").encode()
