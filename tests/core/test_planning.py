@@ -546,7 +546,7 @@ apiVersion: gpushare.io/v1alpha1
 kind: GpuSharingPolicy
 metadata: {name: strict}
 spec:
-  match: {default: true}
+  default: true
   mode: time-slicing
   directResourceRequests: deny
   pools: [{name: ts-2, replicas: 2}]
