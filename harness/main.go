@@ -1,6 +1,6 @@
 // Command harness is the gpushare end-to-end test control plane in one binary.
 //
-// Each subcommand runs one component as its own process, the way tests/e2e starts them:
+// Each subcommand runs one component as its own process, the way harness/controlplane.py starts them:
 //
 //	harness etcd --data-dir D --listen-client-url http://127.0.0.1:P --listen-peer-url http://127.0.0.1:Q
 //	harness apiserver <kube-apiserver flags>

@@ -7,7 +7,7 @@ import (
 	"syscall"
 )
 
-// parentPIDEnv names the variable tests/e2e/controlplane.py sets to its own PID.
+// parentPIDEnv names the variable harness/processes.py sets to its own PID.
 const parentPIDEnv = "GPUSHARE_HARNESS_PARENT_PID"
 
 // exitWithParent makes the kernel send SIGKILL to this process when the process that
