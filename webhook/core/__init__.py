@@ -1,7 +1,7 @@
 """The decision: annotation + policy + pod in, a verdict (a JSON Patch or a denial) out.
 
 Pure: plain dicts and frozen values in, new values out; no I/O but reading policy files,
-no environment, no Flask. The server, the CLI, the node side and the install tools use only
+no environment, no web framework. The server, the CLI, the node side and the install tools use only
 the names below; the modules behind them are free to change.
 
     request      the annotations, read strictly         policy/   documents -> PolicySet

@@ -3,7 +3,7 @@
 Under gunicorn, ``PROMETHEUS_MULTIPROC_DIR`` is set before anything imports
 ``prometheus_client`` (see ``gunicorn_conf``); every worker then writes its values to mmap'ed
 files there and ``/metrics`` merges all workers' files, whichever worker answers the scrape.
-Without that variable (Flask test client, a single process) the same metrics live in memory.
+Without that variable (WSGI test client, a single process) the same metrics live in memory.
 
 Each ``AdmissionMetrics`` has its own registry so several apps can exist in one process
 (tests) without "Duplicated timeseries" errors; in multiprocess mode the registry only

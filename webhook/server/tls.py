@@ -173,7 +173,7 @@ _registry: dict[tuple[Path, Path], ServingCertificate] = {}
 def serving_certificate(cert_file: Path, key_file: Path) -> ServingCertificate:
     """The process's one ``ServingCertificate`` for this pair.
 
-    gunicorn's ``ssl_context`` hook and the Flask app's readiness check run in the same
+    gunicorn's ``ssl_context`` hook and the app's readiness check run in the same
     worker process but are wired up separately; sharing the instance means /readyz reports
     the certificate the listener actually serves.
     """
