@@ -176,3 +176,31 @@ def test_parse_memory_mib_units(text: str, mib: float) -> None:
 @pytest.mark.parametrize("text", ["", "0", "0Mi", "Mi", "1Pi", "1mi", "-5Gi", "1.Gi", "nan"])
 def test_parse_memory_mib_refuses_what_is_not_a_positive_quantity(text: str) -> None:
     assert parse_memory_mib(text) is None
+
+
+@pytest.mark.parametrize(
+    ("annotations", "expected"),
+    [
+        ({"gpu-fraction": str(2**64)}, "more GPUs than any node has"),
+        ({"gpu-fraction": "1025"}, "at most 1024"),
+        ({"gpu-fraction": "1" * 5000}, "longer than 32 characters"),
+        ({"gpu-fraction": "0." + "5" * 40}, "longer than 32 characters"),
+        ({"gpu-memory": "1" * 5000 + "Gi"}, "is not a memory size"),
+    ],
+)
+def test_huge_values_are_refused_before_any_arithmetic(
+    annotations: dict[str, str], expected: str
+) -> None:
+    """Values no real pod carries (2**64 GPUs, thousands of digits) get a short, clear
+    refusal instead of an overflow deep in planning."""
+    problems = read_request(annotations)
+    assert isinstance(problems, list)
+    (problem,) = problems
+    assert expected in problem.message
+    assert len(problem.message) < 300  # the value is cut short in the message
+
+
+def test_the_largest_whole_count_is_read() -> None:
+    assert read_request({"gpu-fraction": "1024"}) == GpuRequest(
+        fraction_text="1024", whole_gpus=1024
+    )

@@ -79,6 +79,17 @@ def test_policy_violation_is_denied_with_200_and_status(client: Client) -> None:
     assert "patch" not in response
 
 
+@pytest.mark.parametrize("fraction", [str(2**64), "9" * 5000])
+def test_huge_fractions_are_denied_not_errors(client: Client, fraction: str) -> None:
+    """A value no real pod carries is a 422 denial, never a 5xx that failurePolicy Ignore
+    would turn into an unmutated pod."""
+    for path in ("/mutate", "/validate"):
+        status, body = post(client, path, review(annotated_pod(fraction)))
+        response = assert_envelope(body)
+        assert status == 200 and response["allowed"] is False
+        assert response["status"]["code"] == 422
+
+
 def test_unreadable_fraction_is_denied_with_a_message(client: Client) -> None:
     _, body = post(client, "/mutate", review(annotated_pod("half")))
     response = assert_envelope(body)

@@ -22,6 +22,12 @@ from webhook.core.quantity import ACCEPTED_FORMS, parse_memory_mib
 
 # Plain decimals only: no sign, no exponent, no percent, at most one point.
 _DECIMAL = re.compile(r"^(?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)\Z")
+# Real values are a few characters ("0.25", "2", "80Gi"); a longer one is refused before any
+# arithmetic, which on a value of thousands of digits would be slow or overflow.
+MAX_VALUE_LENGTH = 32
+# More GPUs than any node has; larger counts are refused here, not by the policy's limit.
+MAX_WHOLE_GPUS = 1024
+_SHOWN_LENGTH = 40
 
 
 @dataclass(frozen=True)
@@ -74,11 +80,11 @@ def read_request(annotations: Mapping[str, object]) -> GpuRequest | list[Request
     raw_memory = annotations.get(MEMORY_ANNOTATION)
     if raw_memory is not None:
         memory_text = str(raw_memory)
-        memory = parse_memory_mib(memory_text)
+        memory = parse_memory_mib(memory_text) if len(memory_text) <= MAX_VALUE_LENGTH else None
         if memory is None:
             problems.append(
                 RequestProblem(
-                    f'{MEMORY_ANNOTATION} "{memory_text}" is not a memory size: '
+                    f"{MEMORY_ANNOTATION} {shown(memory_text)} is not a memory size: "
                     f"use {ACCEPTED_FORMS}."
                 )
             )
@@ -87,7 +93,7 @@ def read_request(annotations: Mapping[str, object]) -> GpuRequest | list[Request
         problems.append(
             RequestProblem(
                 f'{FRACTION_ANNOTATION} "{fraction_text}" asks for whole GPUs, which cannot be '
-                f'combined with {MEMORY_ANNOTATION} "{memory_text}": remove one of the two.'
+                f"combined with {MEMORY_ANNOTATION} {shown(memory_text)}: remove one of the two."
             )
         )
 
@@ -125,12 +131,22 @@ def _parse_fraction(text: str) -> float | int | RequestProblem:
         'use a decimal between 0 and 1 such as "0.5" for a share of one GPU, '
         'or a whole number such as "1" or "2" for whole GPUs.'
     )
+    if len(text) > MAX_VALUE_LENGTH:
+        return RequestProblem(
+            f"{FRACTION_ANNOTATION} {shown(text)} is longer than {MAX_VALUE_LENGTH} characters: "
+            f"{accepted}"
+        )
     if not _DECIMAL.match(text):
         return RequestProblem(f'{FRACTION_ANNOTATION} "{text}" is not a plain decimal: {accepted}')
     value = Decimal(text)
     if value == 0:
         return RequestProblem(f'{FRACTION_ANNOTATION} "{text}" asks for no GPU: {accepted}')
     if value == value.to_integral_value():
+        if value > MAX_WHOLE_GPUS:
+            return RequestProblem(
+                f'{FRACTION_ANNOTATION} "{text}" asks for more GPUs than any node has: ask for '
+                f"at most {MAX_WHOLE_GPUS} (and what your policy allows)."
+            )
         return int(value)
     if value > 1:
         return RequestProblem(
@@ -138,3 +154,10 @@ def _parse_fraction(text: str) -> float | int | RequestProblem:
             f"{accepted}"
         )
     return float(value)
+
+
+def shown(text: str) -> str:
+    """``text`` quoted for a message, cut short when it is long."""
+    if len(text) <= _SHOWN_LENGTH:
+        return f'"{text}"'
+    return f'"{text[:_SHOWN_LENGTH]}..." ({len(text)} characters)'
