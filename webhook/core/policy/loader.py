@@ -22,6 +22,7 @@ from webhook.core.policy.build import build_policy
 from webhook.core.policy.model import API_VERSION, POLICY_KIND, SETTINGS_KIND, Policy, PolicySet
 from webhook.core.policy.rules import check
 from webhook.core.policy.schema import POLICY_SCHEMA, SETTINGS_SCHEMA
+from webhook.core.policy.yaml_reader import compose_documents, load_documents
 from webhook.errors import PolicyError
 
 _POLICY_VALIDATOR = Draft202012Validator(POLICY_SCHEMA)
@@ -118,8 +119,8 @@ def _documents(
 ) -> list[tuple[dict[str, Any], yaml.Node, str]]:
     """Each non-empty YAML document with its node (for line numbers) and path prefix."""
     try:
-        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
-        values = list(yaml.safe_load_all(text))
+        nodes = compose_documents(text)
+        values = load_documents(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = None if mark is None else mark.line + 1
