@@ -333,6 +333,28 @@ def test_policy_reload_good_then_bad(reloading_server: tuple[RunningServer, Path
     assert "policies refused" in server.log()
 
 
+def test_a_restarted_worker_serves_the_last_good_policies(
+    reloading_server: tuple[RunningServer, Path],
+) -> None:
+    """A worker that starts while the files on disk are invalid (here: the replacement of a
+    SIGKILLed one) serves what its siblings serve, not 503s."""
+    server, policies = reloading_server
+    file = policies / "default.yaml"
+    assert wait_until(lambda: server.log().count('"message":"policies loaded"') == 2)
+    file.write_text(file.read_text().replace("name: default\n", "name: renamed\n", 1))
+    assert wait_until(lambda: reloads(server, "ok") == 2)
+    file.write_text("apiVersion: gpushare.io/v1alpha1\nkind: GpuSharingPolicy\nspec: [\n")
+    assert wait_until(lambda: reloads(server, "failed") == 2)
+
+    victim = server.worker_pids()[0]
+    os.kill(victim, signal.SIGKILL)
+    assert wait_until(lambda: len(server.worker_pids()) == 2 and victim not in server.worker_pids())
+    assert wait_until(lambda: "serving the last good policies" in server.log())
+    answers = [server.json("POST", "/mutate", review(annotated_pod("0.5"))) for _ in range(40)]
+    assert all(status == 200 for status, _ in answers)
+    assert all(applied_policy(server) == "renamed" for _ in range(10))
+
+
 # -- graceful shutdown -----------------------------------------------------------------------
 
 

@@ -154,3 +154,29 @@ def test_files_the_loader_ignores_do_not_trigger_reloads(policy_dir: Path, name:
     (policy_dir / name).write_text("anything")
     assert store.refresh() is ReloadResult.UNCHANGED
     assert calls == []
+
+
+def test_a_new_store_serves_the_last_good_version_a_sibling_kept(
+    policy_dir: Path, tmp_path: Path
+) -> None:
+    last_good = tmp_path / "run" / "last-good.json"
+    last_good.parent.mkdir()
+    first = PolicyStore.loaded(policy_dir, last_good=last_good)
+    assert first.policies is not None and last_good.is_file()
+    (policy_dir / "default.yaml").write_text("kind: GpuSharingPolicy\nspec: [\n")
+
+    replacement = PolicyStore.loaded(policy_dir, last_good=last_good)
+    assert replacement.policies is not None
+    assert [p.name for p in replacement.policies.policies] == ["default"]
+    status = replacement.status()
+    assert status.loaded and status.last_failure is not None  # readyz still says why
+
+    unrelated = PolicyStore.loaded(policy_dir)  # no shared file: nothing to fall back to
+    assert unrelated.policies is None
+
+
+def test_a_corrupt_last_good_file_is_not_served(policy_dir: Path, tmp_path: Path) -> None:
+    last_good = tmp_path / "last-good.json"
+    last_good.write_text('[["default.yaml", "not: [a policy"]]')
+    (policy_dir / "default.yaml").write_text("kind: GpuSharingPolicy\nspec: [\n")
+    assert PolicyStore.loaded(policy_dir, last_good=last_good).policies is None

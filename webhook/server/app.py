@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -29,7 +31,7 @@ from webhook.core import PolicySet
 from webhook.server.admission import Endpoint, ReviewPipeline, pod_handler, review_pipeline
 from webhook.server.instrument import instrumented
 from webhook.server.metrics import EXPOSITION_CONTENT_TYPE, AdmissionMetrics
-from webhook.server.policy_store import PolicyStore
+from webhook.server.policy_store import LAST_GOOD_VARIABLE, PolicyStore
 from webhook.server.request_body import read_body
 from webhook.server.review import JSON_CONTENT_TYPE, AdmissionResponse, encode_review, errored
 from webhook.server.settings import DEFAULT_MAX_BODY_BYTES, ServeSettings
@@ -171,7 +173,10 @@ def create_app_from_settings(settings: ServeSettings) -> WebhookApp:
     def count_reload(ok: bool, policies: PolicySet | None) -> None:
         metrics.observe_policy_reload(ok, len(policies.policies) if policies else None)
 
-    store = PolicyStore.loaded(settings.policies, on_reload=count_reload)
+    last_good = os.environ.get(LAST_GOOD_VARIABLE)
+    store = PolicyStore.loaded(
+        settings.policies, on_reload=count_reload, last_good=Path(last_good) if last_good else None
+    )
     store.start_polling(settings.policy_poll_seconds)
     return create_app(
         store,

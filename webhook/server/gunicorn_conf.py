@@ -29,6 +29,7 @@ from typing import Any
 
 from webhook.json_logging import JsonFormatter
 from webhook.server.batched_log import ADMISSION_LOGGER
+from webhook.server.policy_store import LAST_GOOD_VARIABLE
 from webhook.server.settings import ServeSettings
 
 _MULTIPROC_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
@@ -40,6 +41,11 @@ _metrics_dir = Path(os.environ[_MULTIPROC_VARIABLE])
 _metrics_dir.mkdir(parents=True, exist_ok=True)
 
 _settings = ServeSettings.from_environ()
+
+# The last good policy texts, shared by this server's workers (see policy_store): a
+# directory of this server's own, removed on exit.
+_runtime_dir = tempfile.mkdtemp(prefix="gpushare-run-")
+os.environ[LAST_GOOD_VARIABLE] = os.path.join(_runtime_dir, "last-good-policies.json")
 
 # No log line shows the process or thread names, so records need not look them up (the
 # logging HOWTO's "Optimization" section).
@@ -123,5 +129,6 @@ def child_exit(server: Any, worker: Any) -> None:
 
 
 def on_exit(server: Any) -> None:
+    shutil.rmtree(_runtime_dir, ignore_errors=True)
     if _created_metrics_dir is not None:
         shutil.rmtree(_created_metrics_dir, ignore_errors=True)

@@ -10,6 +10,11 @@ slip through unseen. Content hashing rather than mtimes also covers a ConfigMap 
 A version that fails to load is refused: the last good ``PolicySet`` keeps serving, the
 problems are logged, counted and kept for ``/readyz`` until a good version arrives. The same
 bad version is reported once, not on every poll.
+
+The last good version is also written to a file shared by the server's workers
+(``last_good``, set by the gunicorn config through ``LAST_GOOD_VARIABLE``), so a worker that
+starts while the files on disk are invalid (a replacement for one that crashed) serves what
+its siblings serve instead of nothing.
 """
 
 from __future__ import annotations
@@ -17,16 +22,22 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+import orjson
+
 from webhook.core import PolicySet, load_policy_texts, read_policy_files
 from webhook.errors import PolicyError
 
 log = logging.getLogger("gpushare.policies")
+
+# Where the gunicorn config tells workers to keep the last good policy texts.
+LAST_GOOD_VARIABLE = "GPUSHARE_LAST_GOOD_POLICIES"
 
 PolicySources = list[tuple[str, str]]
 
@@ -116,15 +127,21 @@ class PolicyStore:
 
     path: Path
     on_reload: ReloadObserver | None = None
+    last_good: Path | None = None
     _state: _State = field(default_factory=_State, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _thread: threading.Thread | None = field(default=None, init=False, repr=False)
 
     @classmethod
-    def loaded(cls, path: str | Path, on_reload: ReloadObserver | None = None) -> PolicyStore:
+    def loaded(
+        cls,
+        path: str | Path,
+        on_reload: ReloadObserver | None = None,
+        last_good: Path | None = None,
+    ) -> PolicyStore:
         """A store that has tried its first load (which may have failed; see ``status``)."""
-        store = cls(Path(path), on_reload)
+        store = cls(Path(path), on_reload, last_good)
         store.refresh()
         return store
 
@@ -155,6 +172,7 @@ class PolicyStore:
             state.policies, state.digest, state.tried_digest = policies, digest, digest
             state.loaded_at = dt.datetime.now(dt.UTC)
             state.last_failure = None
+            self._keep_last_good(sources)
             if not first:
                 state.reloads_ok += 1
             log.info(
@@ -178,6 +196,8 @@ class PolicyStore:
         state.last_failure = ReloadFailure(tuple(problems), digest, dt.datetime.now(dt.UTC))
         if not first:
             state.reloads_failed += 1
+        if state.policies is None:
+            self._serve_last_good()
         serving = "the previous version keeps serving" if state.policies else "none loaded yet"
         log.error(
             f"policies refused; {serving}",
@@ -186,6 +206,37 @@ class PolicyStore:
         if not first and self.on_reload is not None:
             self.on_reload(False, state.policies)
         return ReloadResult.REFUSED
+
+    def _keep_last_good(self, sources: PolicySources) -> None:
+        # Called with the lock held. Written beside and renamed, so a reader never sees half.
+        if self.last_good is None:
+            return
+        partial = self.last_good.with_name(f".{self.last_good.name}.{os.getpid()}")
+        try:
+            partial.write_bytes(orjson.dumps(sources))
+            partial.replace(self.last_good)
+        except OSError as error:
+            log.warning("cannot keep the last good policies", extra={"error": str(error)})
+
+    def _serve_last_good(self) -> None:
+        # Called with the lock held, when nothing has loaded in this process yet.
+        if self.last_good is None or not self.last_good.is_file():
+            return
+        try:
+            sources = [
+                (str(name), str(text)) for name, text in orjson.loads(self.last_good.read_bytes())
+            ]
+            policies = load_policy_texts(sources)
+        except (OSError, ValueError, TypeError, PolicyError) as error:
+            log.error("the last good policies do not load either", extra={"error": str(error)})
+            return
+        state = self._state
+        state.policies, state.digest = policies, digest_of(sources)
+        state.loaded_at = dt.datetime.now(dt.UTC)
+        log.warning(
+            "serving the last good policies of this server until the files are fixed",
+            extra={"policies": [policy.name for policy in policies.policies]},
+        )
 
     def status(self) -> PolicyStatus:
         with self._lock:
