@@ -169,6 +169,16 @@ def test_chunked_body_is_cut_off_at_the_cap(server: RunningServer) -> None:
         assert read_status_line(tls) == b"HTTP/1.1 413 Request Entity Too Large"
 
 
+def test_a_malformed_chunk_is_a_400(server: RunningServer) -> None:
+    """A chunk size that is not hexadecimal is the client's mistake, not a 500."""
+    with open_tls(server) as tls:
+        tls.sendall(
+            b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n"
+        )
+        assert read_status_line(tls) == b"HTTP/1.1 400 Bad Request"
+
+
 def test_one_json_log_line_per_admission(server: RunningServer) -> None:
     server.json("POST", "/mutate", review(annotated_pod(), uid="logged-uid"))
 

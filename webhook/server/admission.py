@@ -24,6 +24,7 @@ from typing import Any
 from webhook.core import PolicySet, Untouched, Verdict, mutate, validate
 from webhook.server.pod_shape import pod_shape_problem
 from webhook.server.policy_store import PolicyStore
+from webhook.server.request_body import UnreadableBodyError
 from webhook.server.review import (
     JSON_CONTENT_TYPE,
     AdmissionRequest,
@@ -76,7 +77,9 @@ def review_pipeline(handler: Handler, max_body_bytes: int) -> ReviewPipeline:
             ).complete(None)
         try:
             body = read_body()
-        except Exception:  # a client gone while its body was read, a bug in the reader
+        except UnreadableBodyError as error:
+            return errored(400, f"The request body could not be read ({error}).").complete(None)
+        except Exception:  # a bug in the reader
             log.exception("reading an admission request failed")
             return errored(500, _READ_FAILED).complete(None)
         if body is None:

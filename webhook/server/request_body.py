@@ -11,6 +11,19 @@ from typing import IO, Any
 READ_CHUNK_BYTES = 64 * 1024
 
 
+class UnreadableBodyError(Exception):
+    """The server's input stream failed: a malformed chunk, a client gone mid-body."""
+
+
+def _read(stream: IO[bytes], size: int) -> bytes:
+    # Whatever the WSGI server's stream raises (gunicorn: InvalidChunkSize,
+    # ChunkMissingTerminator, NoMoreData...) is about the request, not about us.
+    try:
+        return stream.read(size)
+    except Exception as error:
+        raise UnreadableBodyError(f"{type(error).__name__}: {error}") from error
+
+
 def read_body(environ: dict[str, Any], max_body_bytes: int) -> bytes | None:
     """The body of the WSGI request, or None when it is (or declares to be) too large.
 
@@ -38,7 +51,7 @@ def read_capped(stream: IO[bytes], limit: int) -> bytes | None:
     chunks: list[bytes] = []
     total = 0
     while True:
-        chunk = stream.read(min(READ_CHUNK_BYTES, limit + 1 - total))
+        chunk = _read(stream, min(READ_CHUNK_BYTES, limit + 1 - total))
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)
@@ -56,7 +69,7 @@ def read_exactly(stream: IO[bytes], length: int) -> bytes:
     chunks: list[bytes] = []
     remaining = length
     while remaining > 0:
-        chunk = stream.read(min(READ_CHUNK_BYTES, remaining))
+        chunk = _read(stream, min(READ_CHUNK_BYTES, remaining))
         if not chunk:
             break
         chunks.append(chunk)
