@@ -7,12 +7,13 @@ problem line, and a duplicate key silently kept the last value.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 import pytest
 
-from webhook.core.policy.loader import load_policy_text
+from webhook.core.policy.loader import load_policies, load_policy_text
 from webhook.errors import PolicyError
 
 from .support import run_cli
@@ -74,3 +75,38 @@ def test_policy_check_prints_one_short_line_for_an_alias_bomb(tmp_path: Path) ->
 
 def test_the_valid_policy_behind_the_cases_loads() -> None:
     assert [policy.name for policy in load_policy_text(VALID).policies] == ["team"]
+
+
+def _with_valid_policy(directory: Path) -> Path:
+    directory.mkdir()
+    (directory / "team.yaml").write_text(VALID)
+    return directory
+
+
+@pytest.mark.parametrize("kind", ["dangling link", "looping link", "fifo"])
+def test_a_policy_entry_that_is_not_a_regular_file_is_refused_not_skipped(
+    tmp_path: Path, kind: str
+) -> None:
+    directory = _with_valid_policy(tmp_path / "policies")
+    odd = directory / "odd.yaml"
+    if kind == "dangling link":
+        odd.symlink_to(tmp_path / "missing.yaml")
+    elif kind == "looping link":
+        odd.symlink_to(odd)
+    else:
+        os.mkfifo(odd)
+    started = time.monotonic()
+    with pytest.raises(PolicyError) as error:
+        load_policies(directory)
+    assert time.monotonic() - started < 2  # a FIFO is never opened for reading
+    (problem,) = error.value.problems
+    assert problem.startswith(f"{odd}: <file>: is not a regular file")
+
+
+def test_a_policy_file_over_a_mebibyte_is_refused(tmp_path: Path) -> None:
+    directory = _with_valid_policy(tmp_path / "policies")
+    (directory / "huge.yaml").write_text("# padding\n" * 120_000)
+    with pytest.raises(PolicyError) as error:
+        load_policies(directory)
+    (problem,) = error.value.problems
+    assert "huge.yaml: <file>: is larger than 1048576 bytes" in problem

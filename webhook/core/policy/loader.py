@@ -28,6 +28,9 @@ from webhook.errors import PolicyError
 _POLICY_VALIDATOR = Draft202012Validator(POLICY_SCHEMA)
 _SETTINGS_VALIDATOR = Draft202012Validator(SETTINGS_SCHEMA)
 POLICY_SUFFIXES = (".yaml", ".yml")
+# Real policy files are a few KiB; the bound keeps a mistaken or hostile file from costing
+# every worker its memory.
+MAX_POLICY_FILE_BYTES = 1024 * 1024
 
 
 class _Problems:
@@ -54,7 +57,9 @@ def read_policy_files(path: str | Path) -> list[tuple[str, str]]:
     """
     root = Path(path)
     if root.is_dir():
-        files = sorted(p for p in root.iterdir() if p.suffix in POLICY_SUFFIXES and p.is_file())
+        # Sub-folders are not read; anything else with a policy suffix is, and one that is
+        # not a regular file is refused rather than skipped unseen.
+        files = sorted(p for p in root.iterdir() if p.suffix in POLICY_SUFFIXES and not p.is_dir())
         if not files:
             raise PolicyError(
                 [
@@ -62,17 +67,37 @@ def read_policy_files(path: str | Path) -> list[tuple[str, str]]:
                     "--policies at a policy file."
                 ]
             )
-    elif root.is_file():
+    elif root.exists():
         files = [root]
     else:
         raise PolicyError([f"{root}: <path>: no such file or directory."])
-    texts: list[tuple[str, str]] = []
-    for file in files:
-        try:
-            texts.append((str(file), file.read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError) as error:
-            raise PolicyError([f"{file}: <file>: cannot be read: {error}."]) from error
-    return texts
+    return [(str(file), _read_policy_file(file)) for file in files]
+
+
+def _read_policy_file(file: Path) -> str:
+    """The text of one policy file: a regular file of at most ``MAX_POLICY_FILE_BYTES``."""
+    # is_file() follows links: a dangling or looping link, a FIFO (whose read would block),
+    # a socket or a device all fail it.
+    if not file.is_file():
+        raise PolicyError(
+            [
+                f"{file}: <file>: is not a regular file (a dangling or looping link, a FIFO, "
+                "a socket or a device): replace it with a policy file or remove it."
+            ]
+        )
+    try:
+        with file.open("rb") as handle:
+            data = handle.read(MAX_POLICY_FILE_BYTES + 1)
+        if len(data) > MAX_POLICY_FILE_BYTES:
+            raise PolicyError(
+                [
+                    f"{file}: <file>: is larger than {MAX_POLICY_FILE_BYTES} bytes; policies "
+                    "are a few KiB: split the file or remove what is not a policy."
+                ]
+            )
+        return data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise PolicyError([f"{file}: <file>: cannot be read: {error}."]) from error
 
 
 def load_policy_text(text: str, source: str = "<string>") -> PolicySet:
