@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import os
 import stat
 from pathlib import Path
 
@@ -83,6 +84,17 @@ def test_key_files_are_private(tmp_path: Path) -> None:
         assert stat.S_IMODE(key.stat().st_mode) == 0o600
     assert stat.S_IMODE(files.serving_cert.stat().st_mode) == 0o644
     assert not list(files.directory.glob(".*"))  # no temporary files left behind
+
+
+def test_modes_do_not_depend_on_the_umask(tmp_path: Path) -> None:
+    previous = os.umask(0)
+    try:
+        files = written(tmp_path / "new" / "certs")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(files.directory.stat().st_mode) == 0o750
+    assert stat.S_IMODE(files.ca_key.stat().st_mode) == 0o600
+    assert stat.S_IMODE(files.serving_cert.stat().st_mode) == 0o644
 
 
 def test_existing_ca_is_not_replaced_without_renew(tmp_path: Path) -> None:

@@ -204,13 +204,23 @@ def private_key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
+# Owner writes, group reads; nobody else: the directory holds private keys.
+CERTIFICATE_DIRECTORY_MODE = 0o750
+
+
 def write_file_atomically(path: Path, content: bytes, mode: int) -> None:
     """Replace ``path`` with ``content`` in one rename, created with ``mode`` from the start.
 
     A reader (our own TLS reloader, or a person) never sees a half-written file, and a key
     is never readable by others, not even between creation and a later chmod.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True)
+    except FileExistsError:
+        pass  # an existing directory keeps the mode its owner gave it
+    else:
+        # Not writable by others whatever the umask: whoever can write here can swap the key.
+        path.parent.chmod(CERTIFICATE_DIRECTORY_MODE)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         os.fchmod(descriptor, mode)
