@@ -32,7 +32,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import ssl
 import statistics
@@ -47,6 +46,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from harness.processes import terminate  # noqa: E402
 from webhook.install.certs import write_certificates  # noqa: E402
 from webhook.server.settings import ServeSettings  # noqa: E402
 
@@ -406,13 +406,7 @@ def paired_ratios(floor: list[Measurement], service: list[Measurement]) -> tuple
 
 
 def stop(server: Server) -> None:
-    if server.process.poll() is None:
-        server.process.send_signal(signal.SIGTERM)
-        try:
-            server.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait()
+    terminate(server.process, 30)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -138,12 +138,18 @@ class Component:
     def stop(self, grace: float = 15.0) -> None:
         """SIGTERM, wait up to `grace` seconds, then SIGKILL; always close the log."""
         try:
-            if self.process.poll() is None:
-                self.process.send_signal(signal.SIGTERM)
-                try:
-                    self.process.wait(timeout=grace)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait(timeout=grace)
+            terminate(self.process, grace)
         finally:
             self._log.close()
+
+
+def terminate(process: subprocess.Popen[bytes], grace: float) -> int:
+    """SIGTERM ``process``, wait up to ``grace`` seconds, then SIGKILL; its exit status."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=grace)
+    return process.returncode

@@ -21,7 +21,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.cli import GPUSHARE, REPO, clean_environment, write_certificates
-from harness.processes import LOOPBACK, ControlPlaneError, free_ports, wait_for
+from harness.processes import LOOPBACK, ControlPlaneError, free_ports, terminate, wait_for
 
 SERVER_START_TIMEOUT_S = 60.0
 ADMISSION_LOG_DEADLINE_SECONDS = 5.0
@@ -213,10 +213,4 @@ class WebhookServer:
 
     def stop(self, grace: float = 30.0) -> None:
         """SIGTERM (gunicorn drains), then SIGKILL after `grace` seconds."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=grace)
+        terminate(self.process, grace)

@@ -6,8 +6,6 @@ import base64
 import copy
 import http.client
 import json
-import os
-import signal
 import socket
 import ssl
 import subprocess
@@ -18,6 +16,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from harness.cli import clean_environment
+from harness.processes import terminate
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED_POLICIES = REPO / "policies"
@@ -155,24 +156,7 @@ class RunningServer:
         return [int(pid) for pid in children.read_text().split()] if children.exists() else []
 
     def stop(self, timeout: float = 30.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
-
-
-def server_environment() -> dict[str, str]:
-    environ = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith("GPUSHARE_") and key != "PROMETHEUS_MULTIPROC_DIR"
-    }
-    environ["PYTHONUNBUFFERED"] = "1"
-    return environ
+        return terminate(self.process, timeout)
 
 
 @contextmanager
@@ -198,7 +182,7 @@ def running_server(
     ]
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
-            command, cwd=REPO, env=server_environment(), stdout=log_file, stderr=subprocess.STDOUT
+            command, cwd=REPO, env=clean_environment(), stdout=log_file, stderr=subprocess.STDOUT
         )
     server = RunningServer(
         process, port, ca_file or state_dir / "certs" / "ca.crt", log_path, state_dir

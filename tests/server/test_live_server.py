@@ -414,9 +414,10 @@ def test_sigterm_lets_in_flight_requests_finish(tmp_path: Path) -> None:
 
 def test_gunicorn_entrypoint_with_environment_settings(tmp_path: Path) -> None:
     """What the image runs: gunicorn itself, configured by GPUSHARE_* variables only."""
+    from harness.cli import clean_environment
     from webhook.server.settings import ServeSettings
 
-    from .support import RunningServer, free_port, server_environment, wait_ready
+    from .support import RunningServer, free_port, wait_ready
 
     files = write_certificates(tmp_path / "tls", ["localhost"], LOOPBACK)
     settings = ServeSettings(
@@ -426,7 +427,7 @@ def test_gunicorn_entrypoint_with_environment_settings(tmp_path: Path) -> None:
         port=free_port(),
         workers=1,
     )
-    environ = server_environment()
+    environ = clean_environment()
     environ.update(settings.to_environ())
     environ["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path / "metrics")  # as the image sets it
     (tmp_path / "metrics").mkdir()
