@@ -74,6 +74,14 @@ def test_settings_the_issue_asks_for(ca_file: Path) -> None:
     assert "reinvocationPolicy" not in validating["webhooks"][0]
 
 
+def test_glob_exclusions_are_left_to_the_webhook(ca_file: Path) -> None:
+    """A namespaceSelector takes exact names; a pattern there would match no namespace."""
+    settings = settings_for(ca_file, excluded_namespaces=("team-*", "ml", "lab-?"))
+    for document in webhook_configurations(settings):
+        expression = document["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]
+        assert expression["values"] == ["kube-system", "gpushare-system", "ml"]
+
+
 def cel_results(document: dict[str, Any], pod: dict[str, Any]) -> bool:
     """Whether the apiserver would call the webhook: every matchCondition true."""
     environment = celpy.Environment()

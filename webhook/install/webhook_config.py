@@ -148,11 +148,17 @@ def _client_config(settings: WebhookSettings, path: str) -> dict[str, Any]:
 
 
 def excluded_namespaces(settings: WebhookSettings) -> list[str]:
+    """The namespaceSelector's NotIn values: exact names only. A glob pattern (``team-*``)
+    cannot be written there, so namespaces it matches are left for the webhook to skip."""
     names = list(ALWAYS_EXCLUDED_NAMESPACES)
     if isinstance(settings.target, ServiceTarget):
         names.append(settings.target.namespace)
-    names += settings.excluded_namespaces
+    names += (name for name in settings.excluded_namespaces if not _is_glob(name))
     return list(dict.fromkeys(names))
+
+
+def _is_glob(pattern: str) -> bool:
+    return any(char in pattern for char in "*?[")
 
 
 def _common_webhook(settings: WebhookSettings, name: str, path: str) -> dict[str, Any]:

@@ -64,7 +64,10 @@ _READ_FAILED = "The webhook failed to read the request; see its logs."
 
 
 def review_pipeline(handler: Handler, max_body_bytes: int) -> ReviewPipeline:
-    """Decode once, handle, complete: the path every AdmissionReview takes."""
+    """Decode once, handle, complete: the path every AdmissionReview takes.
+
+    Answers given before a request is decoded have no uid to echo; their defaults are final.
+    """
     too_large = (
         f"The request body is larger than {max_body_bytes} bytes; the apiserver never sends "
         "more than 3 MiB."
@@ -74,16 +77,16 @@ def review_pipeline(handler: Handler, max_body_bytes: int) -> ReviewPipeline:
         if content_type != JSON_CONTENT_TYPE and not _is_json(content_type):
             return errored(
                 415, f"Content-Type must be {JSON_CONTENT_TYPE}, not {content_type or 'missing'!r}."
-            ).complete(None)
+            )
         try:
             body = read_body()
         except UnreadableBodyError as error:
-            return errored(400, f"The request body could not be read ({error}).").complete(None)
+            return errored(400, f"The request body could not be read ({error}).")
         except Exception:  # a bug in the reader
             log.exception("reading an admission request failed")
-            return errored(500, _READ_FAILED).complete(None)
+            return errored(500, _READ_FAILED)
         if body is None:
-            return errored(413, too_large).complete(None)
+            return errored(413, too_large)
         try:
             request = decode_review(body)
         except MalformedReviewError as bad:

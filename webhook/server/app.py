@@ -63,7 +63,7 @@ def _review_answer(response: AdmissionResponse) -> HttpAnswer:
 
 
 def _error_answer(status: int, message: str) -> HttpAnswer:
-    return _review_answer(errored(status, message).complete(None))
+    return _review_answer(errored(status, message))
 
 
 class WebhookApp:

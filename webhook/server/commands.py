@@ -243,10 +243,6 @@ def _add_webhook_config(subparsers: Subparsers) -> None:
     parser.set_defaults(func=run_webhook_config)
 
 
-def _is_glob(pattern: str) -> bool:
-    return any(char in pattern for char in "*?[")
-
-
 def run_webhook_config(args: argparse.Namespace) -> int:
     if args.service and not args.namespace:
         print("gpushare webhook-config: --service needs --namespace.", file=sys.stderr)
@@ -266,8 +262,8 @@ def run_webhook_config(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     shared = [*args.shared_resource, *sorted(policies.shared_resource_names)]
     # The policies' excluded namespaces are the one setting: the webhook skips them, and the
-    # configurations keep them from reaching it (glob patterns are left to the webhook).
-    excluded = sorted(name for name in policies.excluded_namespaces if not _is_glob(name))
+    # configurations keep them from reaching it.
+    excluded = sorted(policies.excluded_namespaces)
     target: ServiceTarget | UrlTarget = (
         UrlTarget(args.url) if args.url else ServiceTarget(args.service, args.namespace, args.port)
     )
