@@ -162,7 +162,7 @@ def test_chunked_body_is_cut_off_at_the_cap(server: RunningServer) -> None:
         )
         framed = b"%x\r\n" % len(chunk) + chunk + b"\r\n"
         try:
-            for _ in range(8 * 1024 * 1024 // len(chunk) + 16):  # past the 7 MiB cap
+            for _ in range(8 * 1024 * 1024 // len(chunk) + 16):  # past the 6 MiB cap
                 tls.sendall(framed)
         except (BrokenPipeError, ConnectionResetError, ssl.SSLEOFError):
             pass  # the server may stop reading once it has answered

@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from webhook.core import PolicySet, Untouched, Verdict, mutate, validate
+from webhook.server.body_budget import BodyBudget
 from webhook.server.pod_shape import pod_shape_problem
 from webhook.server.policy_store import PolicyStore
 from webhook.server.request_body import UnreadableBodyError
@@ -61,13 +62,31 @@ CORE_DECISIONS: dict[Endpoint, CoreDecision] = {
 }
 _HANDLER_FAILED = "The webhook failed to evaluate the pod; see its logs."
 _READ_FAILED = "The webhook failed to read the request; see its logs."
+_BUSY = "The webhook is busy decoding other large requests; try again."
 
 
-def review_pipeline(handler: Handler, max_body_bytes: int) -> ReviewPipeline:
+def _decode_and_handle(body: bytes, handler: Handler) -> AdmissionResponse:
+    try:
+        request = decode_review(body)
+    except MalformedReviewError as bad:
+        return errored(bad.http_status, bad.message).complete(None, bad.uid)
+    try:
+        response = handler(request)
+    except Exception:
+        log.exception("admission failed", extra={"uid": request.uid})
+        response = errored(500, _HANDLER_FAILED)
+    return response.complete(request)
+
+
+def review_pipeline(
+    handler: Handler, max_body_bytes: int, budget: BodyBudget | None = None
+) -> ReviewPipeline:
     """Decode once, handle, complete: the path every AdmissionReview takes.
 
     Answers given before a request is decoded have no uid to echo; their defaults are final.
+    Large bodies wait for room in ``budget`` before they are decoded (``body_budget``).
     """
+    budget = budget or BodyBudget(max_body_bytes)
     too_large = (
         f"The request body is larger than {max_body_bytes} bytes; the apiserver never sends "
         "more than 3 MiB."
@@ -87,16 +106,10 @@ def review_pipeline(handler: Handler, max_body_bytes: int) -> ReviewPipeline:
             return errored(500, _READ_FAILED)
         if body is None:
             return errored(413, too_large)
-        try:
-            request = decode_review(body)
-        except MalformedReviewError as bad:
-            return errored(bad.http_status, bad.message).complete(None, bad.uid)
-        try:
-            response = handler(request)
-        except Exception:
-            log.exception("admission failed", extra={"uid": request.uid})
-            response = errored(500, _HANDLER_FAILED)
-        return response.complete(request)
+        with budget.hold(len(body)) as admitted:
+            if not admitted:
+                return errored(503, _BUSY)
+            return _decode_and_handle(body, handler)
 
     return review
 

@@ -29,6 +29,7 @@ import orjson
 
 from webhook.core import PolicySet
 from webhook.server.admission import Endpoint, ReviewPipeline, pod_handler, review_pipeline
+from webhook.server.body_budget import BodyBudget
 from webhook.server.instrument import instrumented
 from webhook.server.metrics import EXPOSITION_CONTENT_TYPE, AdmissionMetrics
 from webhook.server.policy_store import LAST_GOOD_VARIABLE, PolicyStore
@@ -124,8 +125,9 @@ def create_app(
     if policies is not None:
         metrics.set_policies_loaded(len(policies.policies))
     routes: dict[str, dict[str, Route]] = {}
+    budget = BodyBudget(max_body_bytes)  # one per worker process, shared by its endpoints
     for endpoint in Endpoint:
-        pipeline = review_pipeline(pod_handler(endpoint, store), max_body_bytes)
+        pipeline = review_pipeline(pod_handler(endpoint, store), max_body_bytes, budget)
         review = instrumented(pipeline, metrics, endpoint)
         routes[f"/{endpoint}"] = {"POST": _review_route(review, max_body_bytes)}
     routes.update(_status_routes(store, certificate, metrics))

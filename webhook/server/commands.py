@@ -117,6 +117,19 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
         help=f"default {serve_defaults.DEFAULT_MAX_BODY_BYTES}",
     )
     tuning.add_argument(
+        "--request-read-timeout",
+        dest="request_read_timeout_seconds",
+        type=_positive_float,
+        help="seconds a client gets to send a whole request, TLS handshake included "
+        f"(default {serve_defaults.DEFAULT_REQUEST_READ_TIMEOUT_SECONDS})",
+    )
+    tuning.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        help="open connections per worker; at the cap the oldest unfinished one is closed "
+        f"(default {serve_defaults.DEFAULT_MAX_CONNECTIONS})",
+    )
+    tuning.add_argument(
         "--keepalive",
         dest="keepalive_seconds",
         type=_positive_int,
@@ -139,6 +152,8 @@ _TUNING_FIELDS = (
     "threads",
     "policy_poll_seconds",
     "max_body_bytes",
+    "request_read_timeout_seconds",
+    "max_connections",
     "keepalive_seconds",
     "graceful_timeout_seconds",
     "log_level",

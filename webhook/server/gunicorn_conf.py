@@ -3,8 +3,10 @@
 Reads the ``GPUSHARE_*`` variables (``settings``) so ``gpushare serve`` and a container that
 runs gunicorn directly serve identically. What matters here:
 
-- ``gthread`` workers: unlike ``sync`` they keep connections alive, which the apiserver
-  reuses; TLS handshakes per request would dominate the cost of an admission.
+- ``gthread``-based workers: unlike ``sync`` they keep connections alive, which the
+  apiserver reuses; TLS handshakes per request would dominate the cost of an admission.
+  ``worker.ReadAheadWorker`` reads each request in the event loop before a thread sees it,
+  so idle and slow clients hold no thread.
 - ``reuse_port``: every worker listens on a socket of its own. With one shared socket the
   worker that wakes first takes a whole burst of the apiserver's long-lived connections,
   leaving the other cores idle for as long as those connections live (bench/README.md).
@@ -92,8 +94,11 @@ bind = [_settings.bind]
 # kernel, not the first worker to wake, decides which worker takes a new connection.
 reuse_port = True
 workers = _settings.workers
-worker_class = "gthread"
+# gthread with handshakes and request reading in the event loop: no thread waits on a
+# client that sends slowly or nothing (worker.py).
+worker_class = "webhook.server.worker.ReadAheadWorker"
 threads = _settings.threads
+worker_connections = _settings.max_connections
 keepalive = _settings.keepalive_seconds
 graceful_timeout = _settings.graceful_timeout_seconds
 timeout = 30

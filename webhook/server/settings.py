@@ -19,8 +19,17 @@ from webhook.errors import GpushareError
 ENV_PREFIX = "GPUSHARE_"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8443
-# Kubernetes caps request bodies at 3 MiB; controller-runtime reads at most 7 MiB.
-DEFAULT_MAX_BODY_BYTES = 7 * 1024 * 1024
+# The apiserver takes request bodies of up to 3 MiB, and an UPDATE's review carries two
+# objects (``object``, ``oldObject``). A decoded body takes about 20 times its size in memory
+# (docs/reliability.md), so large bodies take turns per worker (``body_budget``): the cap,
+# the worker count and the Deployment's memory limit are sized together there.
+DEFAULT_MAX_BODY_BYTES = 6 * 1024 * 1024
+# A whole request (TLS handshake included) must arrive within this many seconds of its first
+# byte being awaited; the apiserver sends a review in one go (worker.ReadAheadWorker).
+DEFAULT_REQUEST_READ_TIMEOUT_SECONDS = 10.0
+# Open connections per worker, idle ones included; at the cap the oldest unfinished one
+# makes room for a new one.
+DEFAULT_MAX_CONNECTIONS = 1000
 DEFAULT_POLICY_POLL_SECONDS = 2.0
 # The server must not close an idle connection the apiserver is about to reuse, which a 2 s
 # keep-alive (gunicorn's default) makes likely under light load; Go's http.Transport drops
@@ -51,6 +60,8 @@ class ServeSettings:
     threads: int = DEFAULT_THREADS
     policy_poll_seconds: float = DEFAULT_POLICY_POLL_SECONDS
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    request_read_timeout_seconds: float = DEFAULT_REQUEST_READ_TIMEOUT_SECONDS
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
     keepalive_seconds: int = DEFAULT_KEEPALIVE_SECONDS
     graceful_timeout_seconds: int = DEFAULT_GRACEFUL_TIMEOUT_SECONDS
     log_level: str = "info"
@@ -103,12 +114,13 @@ def _parse(name: str, text: str) -> object:
             "max_body_bytes",
             "keepalive_seconds",
             "graceful_timeout_seconds",
+            "max_connections",
         ):
             number = int(text)
             if number < 1:
                 raise ValueError
             return number
-        if name == "policy_poll_seconds":
+        if name in ("policy_poll_seconds", "request_read_timeout_seconds"):
             seconds = float(text)
             if seconds <= 0:
                 raise ValueError

@@ -1,0 +1,222 @@
+"""gunicorn's threaded worker, changed so that no thread ever waits on a client.
+
+The stock ``gthread`` worker gives a new connection to a thread at once: the thread does
+the TLS handshake and reads the request, blocking while the client sends nothing or sends
+slowly. With 2 workers x 4 threads, eight idle or trickling connections (or a partial
+ClientHello) stopped every answer, /healthz included, for as long as they stayed open.
+
+``ReadAheadWorker`` does the handshake and reads each request in the worker's event loop,
+without blocking, and hands a connection to a thread only when a whole request is buffered
+(``request_framing``). Then a thread parses bytes already in memory and runs the app, which
+takes milliseconds. What a client can still hold is bounded:
+
+- an unfinished handshake or request is closed ``request_read_timeout`` after it started;
+- at ``worker_connections`` open connections, a new one pushes out the oldest connection
+  that is still reading (else the oldest idle kept-alive one), so a flood of idle sockets
+  cannot lock out the apiserver's next connection;
+- a thread that has spent ``request_read_timeout`` on one request (a client that stops
+  reading its answers) has its socket shut down, which ends the blocked write.
+
+Kept-alive connections wait in the event loop as in gthread and come back through the
+same read-ahead. This module relies on gunicorn's ``ThreadWorker`` internals (the version
+range is pinned in pyproject.toml); tests/server/test_slow_clients.py exercises each path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import selectors
+import socket
+import ssl
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from gunicorn import http
+from gunicorn import sock as gunicorn_sock
+from gunicorn.workers.gthread import TConn, ThreadWorker
+
+from webhook.server.request_framing import frame, without_expect_continue
+from webhook.server.settings import ServeSettings
+
+RECV_BYTES = 256 * 1024
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+@dataclass
+class _Reading:
+    """A connection whose request is being read in the event loop."""
+
+    deadline: float
+    handshaken: bool
+    buffer: bytearray = field(default_factory=bytearray)
+    continue_sent: bool = False
+
+
+class ReadAheadWorker(ThreadWorker):  # type: ignore[misc]
+    """``gthread`` with handshakes and request reading moved into the event loop."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        settings = ServeSettings.from_environ()
+        self.read_timeout = settings.request_read_timeout_seconds
+        self.max_body_bytes = settings.max_body_bytes
+        # Insertion order is deadline order: every entry gets the same timeout when added.
+        self.reading: dict[TConn, _Reading] = {}
+        self.busy: dict[TConn, float] = {}
+
+    # -- connections coming in -------------------------------------------------------
+
+    def accept(self, listener: socket.socket) -> None:
+        try:
+            client, address = listener.accept()
+        except OSError as error:
+            if isinstance(error, BlockingIOError | ConnectionAbortedError):
+                return
+            raise
+        self.nr_conns += 1
+        self._make_room()
+        client.setblocking(False)
+        conn = TConn(self.cfg, client, address, listener.getsockname())
+        conn.initialized = True  # gthread's init() would handshake in the thread
+        handshaken = True
+        if self.cfg.is_ssl:
+            try:
+                conn.sock = gunicorn_sock.ssl_context(self.cfg).wrap_socket(
+                    client,
+                    server_side=True,
+                    do_handshake_on_connect=False,
+                    suppress_ragged_eofs=self.cfg.suppress_ragged_eofs,
+                )
+            except (OSError, ValueError) as error:
+                self.log.debug("could not start TLS: %s", error)
+                self._drop(conn)
+                return
+            handshaken = False
+        self._start_reading(conn, _Reading(time.monotonic() + self.read_timeout, handshaken))
+
+    def on_client_socket_readable(self, conn: TConn, client: socket.socket) -> None:
+        """A kept-alive connection has data: read its next request here, not in a thread."""
+        self.poller.unregister(client)
+        self.keepalived_conns.remove(conn)
+        self._start_reading(conn, _Reading(time.monotonic() + self.read_timeout, True))
+
+    def finish_request(self, conn: TConn, future: Future[Any]) -> None:
+        self.busy.pop(conn, None)
+        pipelined = b""
+        if (
+            self.alive
+            and not future.cancelled()
+            and future.exception() is None
+            and future.result() is True
+            and conn.parser is not None
+        ):
+            pipelined = conn.parser.unreader.take_buffered()
+        if not pipelined:
+            super().finish_request(conn, future)
+            return
+        # The client sent (part of) its next request behind this one: read the rest in
+        # the loop too, instead of gthread's handing it straight back to a thread.
+        conn.sock.setblocking(False)
+        reading = _Reading(time.monotonic() + self.read_timeout, True, bytearray(pipelined))
+        self._start_reading(conn, reading)
+        self._advance(conn, reading)
+
+    def enqueue_req(self, conn: TConn) -> None:
+        self.busy[conn] = time.monotonic() + self.read_timeout
+        super().enqueue_req(conn)
+
+    # -- reading in the loop -----------------------------------------------------------
+
+    def _start_reading(self, conn: TConn, reading: _Reading) -> None:
+        self.reading[conn] = reading
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_readable, conn))
+
+    def _on_readable(self, conn: TConn, _sock: Any) -> None:
+        reading = self.reading.get(conn)
+        if reading is None:
+            return
+        try:
+            if not reading.handshaken:
+                conn.sock.do_handshake()
+                reading.handshaken = True
+            while len(reading.buffer) <= self.max_body_bytes + 65536:
+                data = conn.sock.recv(RECV_BYTES)
+                if not data:
+                    self._forget(conn)
+                    return
+                reading.buffer += data
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+            pass
+        except (OSError, ValueError) as error:
+            self.log.debug("connection dropped while reading: %s", error)
+            self._forget(conn)
+            return
+        self._advance(conn, reading)
+
+    def _advance(self, conn: TConn, reading: _Reading) -> None:
+        """Hand the connection to a thread if its request is whole; else keep reading."""
+        framing = frame(reading.buffer, self.max_body_bytes)
+        if framing.expects_continue and not reading.continue_sent:
+            try:
+                conn.sock.send(_CONTINUE)
+            except (OSError, ValueError):
+                self._forget(conn)
+                return
+            reading.continue_sent = True
+        if not framing.complete:
+            return
+        self.reading.pop(conn)
+        self.poller.unregister(conn.sock)
+        data = bytes(reading.buffer)
+        if reading.continue_sent:
+            data = without_expect_continue(data)
+        if conn.parser is None:
+            conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
+        conn.parser.unreader.unread(data)
+        conn.data_ready = True
+        self.enqueue_req(conn)
+
+    # -- bounds --------------------------------------------------------------------------
+
+    def murder_pending(self) -> None:
+        """Runs on every loop turn: enforce the read deadline and the thread deadline."""
+        super().murder_pending()
+        now = time.monotonic()
+        while self.reading:
+            conn, reading = next(iter(self.reading.items()))
+            if reading.deadline > now:
+                break
+            self._forget(conn)
+        for conn, deadline in list(self.busy.items()):
+            if deadline <= now:
+                # Unblocks the thread's send/recv; the SSL object sees a closed socket.
+                # The base class's shutdown, not SSLSocket's, which drops its SSL state
+                # under the thread's feet.
+                with contextlib.suppress(OSError):
+                    socket.socket.shutdown(conn.sock, socket.SHUT_RDWR)
+                del self.busy[conn]
+
+    def _make_room(self) -> None:
+        """At the connection cap, close the oldest reading (else idle) connection."""
+        while self.nr_conns >= self.worker_connections:
+            if self.reading:
+                self._forget(next(iter(self.reading)))
+            elif self.keepalived_conns:
+                conn = self.keepalived_conns.popleft()
+                self.poller.unregister(conn.sock)
+                self._drop(conn)
+            else:
+                return
+
+    def _forget(self, conn: TConn) -> None:
+        if self.reading.pop(conn, None) is not None:
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self.poller.unregister(conn.sock)
+        self._drop(conn)
+
+    def _drop(self, conn: TConn) -> None:
+        self.nr_conns -= 1
+        conn.close()
