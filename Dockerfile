@@ -31,13 +31,16 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     && mkdir -p /etc/gpushare/tls
 COPY policies/ /etc/gpushare/policies/
 
+# MALLOC_ARENA_MAX: glibc's per-thread heaps would keep a large request's memory spread
+# out after it is done (webhook/server/serve.py sets the same for `gpushare serve`).
 ENV GPUSHARE_HOST=0.0.0.0 \
     GPUSHARE_PORT=8443 \
     GPUSHARE_TLS_CERT=/etc/gpushare/tls/tls.crt \
     GPUSHARE_TLS_KEY=/etc/gpushare/tls/tls.key \
     GPUSHARE_POLICIES=/etc/gpushare/policies \
     GPUSHARE_WORKERS=2 \
-    PROMETHEUS_MULTIPROC_DIR=/tmp/gpushare-metrics
+    PROMETHEUS_MULTIPROC_DIR=/tmp/gpushare-metrics \
+    MALLOC_ARENA_MAX=2
 
 # Numeric, so runAsNonRoot can verify it without an /etc/passwd entry.
 USER 65532:65532

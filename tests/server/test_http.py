@@ -446,8 +446,16 @@ def test_readyz_reports_policies(client: Client) -> None:
     body = response.get_json()
     assert body["ready"] is True
     assert body["policies"]["loaded"] is True
-    assert body["policies"]["policies"] == ["default"]
-    assert body["policies"]["last_reload_error"] is None
+    assert body["policies"]["count"] == 1
+    assert body["policies"]["last_reload_failed_at"] is None
+    assert set(body["policies"]) == {
+        "loaded",
+        "count",
+        "loaded_at",
+        "reloads_ok",
+        "reloads_failed",
+        "last_reload_failed_at",
+    }
 
 
 def test_metrics_count_requests_by_endpoint_and_outcome(client: Client) -> None:

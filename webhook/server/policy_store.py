@@ -72,23 +72,19 @@ class PolicyStatus:
     reloads_failed: int = 0
 
     def as_dict(self) -> dict[str, object]:
+        """What /readyz shows anyone who can reach the port: counts and times only.
+
+        File paths, policy names, the digest and the problems of a refused reload go to the
+        log (``policies refused``), not to an unauthenticated endpoint.
+        """
         failure = self.last_failure
         return {
-            "path": str(self.path),
             "loaded": self.loaded,
-            "policies": list(self.policy_names),
-            "sources": list(self.sources),
-            "digest": self.digest,
+            "count": len(self.policy_names),
             "loaded_at": self.loaded_at.isoformat() if self.loaded_at else None,
             "reloads_ok": self.reloads_ok,
             "reloads_failed": self.reloads_failed,
-            "last_reload_error": None
-            if failure is None
-            else {
-                "problems": list(failure.problems),
-                "digest": failure.digest,
-                "at": failure.at.isoformat(),
-            },
+            "last_reload_failed_at": None if failure is None else failure.at.isoformat(),
         }
 
 

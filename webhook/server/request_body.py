@@ -64,12 +64,14 @@ def read_exactly(stream: IO[bytes], length: int) -> bytes:
     """``length`` bytes, or fewer if the stream ends first.
 
     Never asks for more than ``length``: PEP 3333 lets a server block on a read past
-    Content-Length.
+    Content-Length. Asks for all that is left at once: the worker has usually buffered the
+    whole body already, and gunicorn copies its buffer on every read, so reading in small
+    pieces would copy a large body many times over.
     """
     chunks: list[bytes] = []
     remaining = length
     while remaining > 0:
-        chunk = _read(stream, min(READ_CHUNK_BYTES, remaining))
+        chunk = _read(stream, remaining)
         if not chunk:
             break
         chunks.append(chunk)

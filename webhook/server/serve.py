@@ -170,6 +170,9 @@ def exec_gunicorn(settings: ServeSettings) -> None:
     """Replace this process with the gunicorn arbiter; returns only if exec fails."""
     environ = dict(os.environ)
     environ.update(settings.to_environ())
+    # glibc gives each thread a heap of its own (up to 8 per core), and a large request's
+    # memory then stays spread over them; two keep a worker's size near its working set.
+    environ.setdefault("MALLOC_ARENA_MAX", "2")
     sys.stdout.flush()
     sys.stderr.flush()
     command = gunicorn_command()

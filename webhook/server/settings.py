@@ -19,11 +19,11 @@ from webhook.errors import GpushareError
 ENV_PREFIX = "GPUSHARE_"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8443
-# The apiserver takes request bodies of up to 3 MiB, and an UPDATE's review carries two
-# objects (``object``, ``oldObject``). A decoded body takes about 20 times its size in memory
-# (docs/reliability.md), so large bodies take turns per worker (``body_budget``): the cap,
-# the worker count and the Deployment's memory limit are sized together there.
-DEFAULT_MAX_BODY_BYTES = 6 * 1024 * 1024
+# The apiserver takes request bodies of up to 3 MiB (and etcd stores at most 1.5 MiB); the
+# review adds its envelope. A decoded body takes about 20 times its size in memory, so large
+# bodies take turns per worker (``body_budget``): the cap, the worker count and the
+# Deployment's memory limit are sized together in docs/reliability.md.
+DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024 + 64 * 1024
 # A whole request (TLS handshake included) must arrive within this many seconds of its first
 # byte being awaited; the apiserver sends a review in one go (worker.ReadAheadWorker).
 DEFAULT_REQUEST_READ_TIMEOUT_SECONDS = 10.0

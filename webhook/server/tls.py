@@ -60,13 +60,11 @@ class CertificateStatus:
         return self.not_before <= moment < self.not_after
 
     def as_dict(self, moment: dt.datetime) -> dict[str, object]:
+        """What /readyz shows: validity, not the subject or file errors (those are logged)."""
         return {
             "loaded": self.loaded,
             "valid": self.valid_at(moment),
-            "subject": self.subject,
-            "not_before": self.not_before.isoformat() if self.not_before else None,
             "not_after": self.not_after.isoformat() if self.not_after else None,
-            "error": self.error,
         }
 
 

@@ -170,12 +170,13 @@ class ReadAheadWorker(ThreadWorker):  # type: ignore[misc]
             return
         self.reading.pop(conn)
         self.poller.unregister(conn.sock)
-        data = bytes(reading.buffer)
+        data: bytes | bytearray = reading.buffer
         if reading.continue_sent:
             data = without_expect_continue(data)
         if conn.parser is None:
             conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
         conn.parser.unreader.unread(data)
+        reading.buffer = bytearray()
         conn.data_ready = True
         self.enqueue_req(conn)
 
