@@ -34,7 +34,14 @@ from webhook.server.instrument import instrumented
 from webhook.server.metrics import EXPOSITION_CONTENT_TYPE, AdmissionMetrics
 from webhook.server.policy_store import LAST_GOOD_VARIABLE, PolicyStore
 from webhook.server.request_body import read_body
-from webhook.server.review import JSON_CONTENT_TYPE, AdmissionResponse, encode_review, errored
+from webhook.server.review import (
+    JSON_CONTENT_TYPE,
+    AdmissionRequest,
+    AdmissionResponse,
+    denied,
+    encode_review,
+    errored,
+)
 from webhook.server.settings import DEFAULT_MAX_BODY_BYTES, ServeSettings
 from webhook.server.tls import ServingCertificate, serving_certificate
 
@@ -108,17 +115,52 @@ def _review_route(review: ReviewPipeline, max_body_bytes: int) -> Route:
     return route
 
 
+_NO_CLIENT_CERTIFICATE = (
+    "This webhook accepts admission requests only from clients with a certificate signed by "
+    "its client CA (--client-ca). Configure the apiserver to present one: an "
+    "AdmissionConfiguration whose kubeConfigFile names the client certificate "
+    "(docs/reliability.md)."
+)
+
+
+def require_client_certificate(route: Route, refusal: Route) -> Route:
+    """``route`` for TLS connections that presented a verified certificate, else ``refusal``.
+
+    The TLS layer already refused certificates that do not chain to the client CA
+    (``tls.build_server_context``); this sends connections that presented none to
+    ``refusal``, which denies the review in an AdmissionReview (HTTP 200), since the
+    apiserver shows a webhook's message only from one.
+    """
+
+    def guarded(environ: Environ) -> HttpAnswer:
+        connection = environ.get("gunicorn.socket")
+        try:
+            presented = connection is not None and bool(connection.getpeercert())
+        except (AttributeError, ValueError):  # not TLS, or no handshake
+            presented = False
+        return route(environ) if presented else refusal(environ)
+
+    return guarded
+
+
+def _refuse_uncertified(request: AdmissionRequest) -> AdmissionResponse:
+    return denied(403, [_NO_CLIENT_CERTIFICATE])
+
+
 def create_app(
     store: PolicyStore,
     *,
     certificate: ServingCertificate | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     metrics: AdmissionMetrics | None = None,
+    client_certificates: bool = False,
 ) -> WebhookApp:
     """The webhook's WSGI app, deciding with the policies ``store`` holds.
 
     ``certificate`` is the pair the TLS listener serves; readiness requires it to be valid.
     Without one (tests through a WSGI test client) readiness looks at policies only.
+    With ``client_certificates`` the admission paths answer only clients that presented a
+    certificate from the client CA; the status paths stay open to the kubelet's probes.
     """
     metrics = metrics or AdmissionMetrics()
     policies = store.policies
@@ -129,7 +171,11 @@ def create_app(
     for endpoint in Endpoint:
         pipeline = review_pipeline(pod_handler(endpoint, store), max_body_bytes, budget)
         review = instrumented(pipeline, metrics, endpoint)
-        routes[f"/{endpoint}"] = {"POST": _review_route(review, max_body_bytes)}
+        route = _review_route(review, max_body_bytes)
+        if client_certificates:
+            refusal = review_pipeline(_refuse_uncertified, max_body_bytes, budget)
+            route = require_client_certificate(route, _review_route(refusal, max_body_bytes))
+        routes[f"/{endpoint}"] = {"POST": route}
     routes.update(_status_routes(store, certificate, metrics))
     return WebhookApp(routes)
 
@@ -182,7 +228,8 @@ def create_app_from_settings(settings: ServeSettings) -> WebhookApp:
     store.start_polling(settings.policy_poll_seconds)
     return create_app(
         store,
-        certificate=serving_certificate(settings.tls_cert, settings.tls_key),
+        certificate=serving_certificate(settings.tls_cert, settings.tls_key, settings.client_ca),
         max_body_bytes=settings.max_body_bytes,
         metrics=metrics,
+        client_certificates=settings.client_ca is not None,
     )

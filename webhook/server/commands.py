@@ -85,6 +85,13 @@ def _add_serve(subparsers: Subparsers) -> None:
     certs.add_argument("--tls-cert", type=Path, help="serving certificate (PEM)")
     certs.add_argument("--tls-key", type=Path, help="serving key (PEM)")
     certs.add_argument(
+        "--client-ca",
+        type=Path,
+        help="require /mutate and /validate callers to present a client certificate signed "
+        "by this CA (the apiserver presents one when its AdmissionConfiguration names it; "
+        "docs/reliability.md)",
+    )
+    certs.add_argument(
         "--cert-dir", type=Path, help="directory holding tls.crt and tls.key (a Secret mount)"
     )
     parser.add_argument(
@@ -146,6 +153,7 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
 
 
 _TUNING_FIELDS = (
+    "client_ca",
     "host",
     "port",
     "workers",

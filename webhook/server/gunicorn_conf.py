@@ -118,7 +118,9 @@ worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
 def ssl_context(config: Any, default_ssl_context_factory: Any) -> Any:
     from webhook.server.tls import serving_certificate
 
-    return serving_certificate(Path(config.certfile), Path(config.keyfile)).context()
+    return serving_certificate(
+        Path(config.certfile), Path(config.keyfile), _settings.client_ca
+    ).context()
 
 
 def on_starting(server: Any) -> None:

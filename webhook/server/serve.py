@@ -107,6 +107,16 @@ def prepare(
             f"The certificate {tls_cert} and key {tls_key} do not load: {error}. Create them "
             "with `gpushare certs`, or leave out the certificate flags for local ones."
         ) from None
+    client_ca = tuning.get("client_ca")
+    if client_ca is not None:
+        try:
+            build_server_context(tls_cert, tls_key, Path(str(client_ca)))
+        except (OSError, ValueError) as error:
+            raise ServeError(
+                f"The client CA {client_ca} does not load: {error}. Pass the PEM certificate "
+                "of the CA that signed the apiserver's client certificate."
+            ) from None
+        tuning["client_ca"] = Path(str(client_ca)).absolute()
     # absolute(), not resolve(): resolving would pin the current target of a Secret or
     # ConfigMap mount's ``..data`` symlink, and the next swap would go unseen.
     settings = ServeSettings(

@@ -65,6 +65,8 @@ class ServeSettings:
     keepalive_seconds: int = DEFAULT_KEEPALIVE_SECONDS
     graceful_timeout_seconds: int = DEFAULT_GRACEFUL_TIMEOUT_SECONDS
     log_level: str = "info"
+    # Admission requests must present a client certificate that chains to this CA.
+    client_ca: Path | None = None
 
     @property
     def bind(self) -> str:
@@ -75,7 +77,8 @@ class ServeSettings:
         values: dict[str, str] = {}
         for item in dataclasses.fields(self):
             value = getattr(self, item.name)
-            values[ENV_PREFIX + item.name.upper()] = str(value)
+            if value is not None:
+                values[ENV_PREFIX + item.name.upper()] = str(value)
         return values
 
     @classmethod
@@ -105,7 +108,7 @@ class ServeSettings:
 def _parse(name: str, text: str) -> object:
     variable = ENV_PREFIX + name.upper()
     try:
-        if name in ("tls_cert", "tls_key", "policies"):
+        if name in ("tls_cert", "tls_key", "policies", "client_ca"):
             return Path(text)
         if name in (
             "port",

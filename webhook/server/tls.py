@@ -29,6 +29,10 @@ from cryptography import x509
 log = logging.getLogger("gpushare.tls")
 
 MINIMUM_TLS_VERSION = ssl.TLSVersion.TLSv1_2
+# TLS 1.2 suites: forward secrecy (ECDHE) and AEAD only, as Kubernetes' own components
+# recommend; TLS 1.3's three suites are all AEAD and OpenSSL fixes them. The apiserver's Go
+# client offers ECDHE with AES-GCM and ChaCha20 first. docs/reliability.md lists the result.
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 # A failed load is retried at most this often while the files look unchanged, in case a
 # writer changed them within one mtime tick.
 RETRY_FAILED_LOAD_SECONDS = 1.0
@@ -68,12 +72,24 @@ class CertificateStatus:
         }
 
 
-def build_server_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
-    """A server context that refuses anything older than TLS 1.2."""
+def build_server_context(
+    cert_file: Path, key_file: Path, client_ca: Path | None = None
+) -> ssl.SSLContext:
+    """A server context: TLS 1.2+, ``TLS12_CIPHERS``, and client certificates if asked.
+
+    With ``client_ca`` a client certificate, when one is presented, must chain to it or the
+    handshake fails. Presenting none is left to the app to refuse on the admission paths
+    (``app.require_client_certificate``): the kubelet's probes of /healthz and /readyz
+    present none.
+    """
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = MINIMUM_TLS_VERSION
+    context.set_ciphers(TLS12_CIPHERS)
     context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
     context.load_cert_chain(certfile=cert_file, keyfile=key_file)
+    if client_ca is not None:
+        context.load_verify_locations(cafile=client_ca)
+        context.verify_mode = ssl.CERT_OPTIONAL
     # The apiserver speaks HTTP/1.1 to Service webhooks; gunicorn serves h1 unless h2 is
     # configured, so advertise exactly that.
     context.set_alpn_protocols(["http/1.1"])
@@ -86,13 +102,14 @@ class ServingCertificate:
     Thread-safe: gthread workers wrap sockets from several threads.
     """
 
-    def __init__(self, cert_file: Path, key_file: Path) -> None:
+    def __init__(self, cert_file: Path, key_file: Path, client_ca: Path | None = None) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
+        self.client_ca = client_ca
         self._lock = threading.Lock()
         self._context: ssl.SSLContext | None = None
-        self._loaded_identity: tuple[FileIdentity | None, FileIdentity | None] | None = None
-        self._failed_identity: tuple[FileIdentity | None, FileIdentity | None] | None = None
+        self._loaded_identity: tuple[FileIdentity | None, ...] | None = None
+        self._failed_identity: tuple[FileIdentity | None, ...] | None = None
         self._failed_at = 0.0
         self._certificate: x509.Certificate | None = None
         self._error: str | None = None
@@ -113,7 +130,11 @@ class ServingCertificate:
 
     def refresh(self) -> bool:
         """Reload the pair if the files changed; True when a new pair was loaded."""
-        identity = (_identity(self.cert_file), _identity(self.key_file))
+        identity = (
+            _identity(self.cert_file),
+            _identity(self.key_file),
+            _identity(self.client_ca) if self.client_ca else None,
+        )
         if identity == self._loaded_identity:
             return False
         with self._lock:
@@ -126,7 +147,7 @@ class ServingCertificate:
             ):
                 return False
             try:
-                context = build_server_context(self.cert_file, self.key_file)
+                context = build_server_context(self.cert_file, self.key_file, self.client_ca)
                 certificate = x509.load_pem_x509_certificate(self.cert_file.read_bytes())
             except (OSError, ssl.SSLError, ValueError) as error:
                 self._failed_identity, self._failed_at = identity, now
@@ -165,17 +186,19 @@ class ServingCertificate:
 
 
 _registry_lock = threading.Lock()
-_registry: dict[tuple[Path, Path], ServingCertificate] = {}
+_registry: dict[tuple[Path, Path, Path | None], ServingCertificate] = {}
 
 
-def serving_certificate(cert_file: Path, key_file: Path) -> ServingCertificate:
+def serving_certificate(
+    cert_file: Path, key_file: Path, client_ca: Path | None = None
+) -> ServingCertificate:
     """The process's one ``ServingCertificate`` for this pair.
 
     gunicorn's ``ssl_context`` hook and the app's readiness check run in the same
     worker process but are wired up separately; sharing the instance means /readyz reports
     the certificate the listener actually serves.
     """
-    key = (Path(cert_file), Path(key_file))
+    key = (Path(cert_file), Path(key_file), Path(client_ca) if client_ca else None)
     with _registry_lock:
         found = _registry.get(key)
         if found is None:
