@@ -128,7 +128,12 @@ def test_the_kustomizations_reach_every_file_under_deploy(control_plane: Control
             folder = pending.pop()
             kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
             reached.add(folder / "kustomization.yaml")
-            for resource in kustomization.get("resources", []):
+            # Components (kind: Component) are kustomizations too (deploy/mps-daemon's
+            # network-policy).
+            for resource in [
+                *kustomization.get("resources", []),
+                *kustomization.get("components", []),
+            ]:
                 path = (folder / resource).resolve()
                 if path.is_dir():
                     pending.append(path)
@@ -196,6 +201,8 @@ def test_gpushare_certs_overlay_is_applied_server_side(
         "service/gpushare",
         "deployment.apps/gpushare",
         "poddisruptionbudget.policy/gpushare",
+        "networkpolicy.networking.k8s.io/gpushare-default-deny",
+        "networkpolicy.networking.k8s.io/gpushare-webhook-from-apiserver",
         "mutatingwebhookconfiguration.admissionregistration.k8s.io/gpushare",
         "validatingwebhookconfiguration.admissionregistration.k8s.io/gpushare",
     ]
