@@ -53,6 +53,7 @@ class _Reading:
     handshaken: bool
     buffer: bytearray = field(default_factory=bytearray)
     continue_sent: bool = False
+    registered: bool = False  # with the poller, waiting for more
 
 
 class ReadAheadWorker(ThreadWorker):  # type: ignore[misc]
@@ -122,7 +123,6 @@ class ReadAheadWorker(ThreadWorker):  # type: ignore[misc]
         conn.sock.setblocking(False)
         reading = _Reading(time.monotonic() + self.read_timeout, True, bytearray(pipelined))
         self._start_reading(conn, reading)
-        self._advance(conn, reading)
 
     def enqueue_req(self, conn: TConn) -> None:
         self.busy[conn] = time.monotonic() + self.read_timeout
@@ -131,8 +131,9 @@ class ReadAheadWorker(ThreadWorker):  # type: ignore[misc]
     # -- reading in the loop -----------------------------------------------------------
 
     def _start_reading(self, conn: TConn, reading: _Reading) -> None:
+        """Read what has arrived now (usually the whole request); wait for the rest."""
         self.reading[conn] = reading
-        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_readable, conn))
+        self._on_readable(conn, None)
 
     def _on_readable(self, conn: TConn, _sock: Any) -> None:
         reading = self.reading.get(conn)
@@ -167,9 +168,15 @@ class ReadAheadWorker(ThreadWorker):  # type: ignore[misc]
                 return
             reading.continue_sent = True
         if not framing.complete:
+            if not reading.registered:
+                self.poller.register(
+                    conn.sock, selectors.EVENT_READ, partial(self._on_readable, conn)
+                )
+                reading.registered = True
             return
         self.reading.pop(conn)
-        self.poller.unregister(conn.sock)
+        if reading.registered:
+            self.poller.unregister(conn.sock)
         data: bytes | bytearray = reading.buffer
         if reading.continue_sent:
             data = without_expect_continue(data)
@@ -213,7 +220,8 @@ class ReadAheadWorker(ThreadWorker):  # type: ignore[misc]
                 return
 
     def _forget(self, conn: TConn) -> None:
-        if self.reading.pop(conn, None) is not None:
+        reading = self.reading.pop(conn, None)
+        if reading is not None and reading.registered:
             with contextlib.suppress(KeyError, ValueError, OSError):
                 self.poller.unregister(conn.sock)
         self._drop(conn)
