@@ -11,6 +11,7 @@ the names below; the modules behind them are free to change.
                  container_env, mode_edits and injections
     edits, patch, render   edits -> exact JSON Patch / planned pod
     verdict      mutate / validate: the webhooks' answers
+    workloads    pod templates (Deployment, Job, CronJob, ...) checked as the pods they make
 """
 
 from webhook.core.planning import Decision, Denied, Planned, Untouched
@@ -24,8 +25,19 @@ from webhook.core.policy.loader import (
 from webhook.core.policy.model import Allocation, Mode, Policy, PolicySet, Pool
 from webhook.core.policy.schema import document_schema
 from webhook.core.verdict import Verdict, mutate, mutated_pod, validate
+from webhook.core.workloads import (
+    WORKLOAD_KINDS,
+    TemplateVerdict,
+    WorkloadKind,
+    api_group,
+    check_template,
+    pod_template,
+    template_changed,
+    workload_kind,
+)
 
 __all__ = [
+    "WORKLOAD_KINDS",
     "Allocation",
     "Decision",
     "Denied",
@@ -34,8 +46,12 @@ __all__ = [
     "Policy",
     "PolicySet",
     "Pool",
+    "TemplateVerdict",
     "Untouched",
     "Verdict",
+    "WorkloadKind",
+    "api_group",
+    "check_template",
     "default_policies_path",
     "document_schema",
     "load_policies",
@@ -43,6 +59,9 @@ __all__ = [
     "load_policy_texts",
     "mutate",
     "mutated_pod",
+    "pod_template",
     "read_policy_files",
+    "template_changed",
     "validate",
+    "workload_kind",
 ]
