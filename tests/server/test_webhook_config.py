@@ -12,8 +12,10 @@ import pytest
 import yaml
 
 from webhook.cli import main
+from webhook.core import WORKLOAD_KINDS, WorkloadKind
 from webhook.install.certs import write_certificates
 from webhook.install.webhook_config import (
+    TEMPLATE_WEBHOOKS,
     ServiceTarget,
     UrlTarget,
     WebhookConfigError,
@@ -58,8 +60,9 @@ def test_settings_the_issue_asks_for(ca_file: Path) -> None:
     mutating, validating = webhook_configurations(settings_for(ca_file))
     assert mutating["kind"] == "MutatingWebhookConfiguration"
     assert validating["kind"] == "ValidatingWebhookConfiguration"
+    assert len(mutating["webhooks"]) == 1
     for document in (mutating, validating):
-        (webhook,) = document["webhooks"]
+        webhook = document["webhooks"][0]
         assert webhook["sideEffects"] == "None"
         assert webhook["admissionReviewVersions"] == ["v1"]
         assert 1 <= webhook["timeoutSeconds"] <= 10
@@ -78,8 +81,9 @@ def test_glob_exclusions_are_left_to_the_webhook(ca_file: Path) -> None:
     """A namespaceSelector takes exact names; a pattern there would match no namespace."""
     settings = settings_for(ca_file, excluded_namespaces=("team-*", "ml", "lab-?"))
     for document in webhook_configurations(settings):
-        expression = document["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]
-        assert expression["values"] == ["kube-system", "gpushare-system", "ml"]
+        for webhook in document["webhooks"]:
+            expression = webhook["namespaceSelector"]["matchExpressions"][0]
+            assert expression["values"] == ["kube-system", "gpushare-system", "ml"]
 
 
 def cel_results(document: dict[str, Any], pod: dict[str, Any]) -> bool:
@@ -210,3 +214,103 @@ def test_cli_unreadable_ca(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     code = main(["webhook-config", "--ca", str(tmp_path / "no.crt"), "--url", "https://x:1"])
     assert code == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+# -- workloads: pod templates checked where they are written -----------------------------------
+
+TEMPLATE_NAMES = ["workloads.gpushare.io", "cronjobs.gpushare.io", "podtemplates.gpushare.io"]
+API_VERSIONS = {"apps": "apps/v1", "batch": "batch/v1", "": "v1"}
+
+
+def template_webhooks(ca_file: Path, **overrides: Any) -> dict[str, dict[str, Any]]:
+    _, validating = webhook_configurations(settings_for(ca_file, **overrides))
+    return {w["name"]: w for w in validating["webhooks"][1:]}
+
+
+def condition_holds(webhook: dict[str, Any], document: dict[str, Any]) -> bool:
+    """Whether the apiserver calls ``webhook`` for ``document``; a CEL error fails the test
+    (the failurePolicy, not the filter, would decide such a request)."""
+    environment = celpy.Environment()
+    activation = {"object": celpy.json_to_cel(document)}
+    results = []
+    for condition in webhook["matchConditions"]:
+        program = environment.program(environment.compile(condition["expression"]))
+        result = program.evaluate(activation)
+        assert not isinstance(result, celpy.CELEvalError), (condition["name"], result)
+        results.append(bool(result))
+    return all(results)
+
+
+def workload_with(kind: WorkloadKind, template: Any) -> dict[str, Any]:
+    inner: Any = template
+    for key in reversed(kind.path):
+        inner = {key: inner}
+    return {"apiVersion": API_VERSIONS[kind.group], "kind": kind.kind, **inner}
+
+
+def test_the_validating_configuration_registers_every_workload_kind(ca_file: Path) -> None:
+    webhooks = template_webhooks(ca_file)
+    assert list(webhooks) == TEMPLATE_NAMES
+    registered = {
+        (group, resource): name
+        for name, webhook in webhooks.items()
+        for rule in webhook["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    by_path = {tuple(t.path): t.name for t in TEMPLATE_WEBHOOKS}
+    assert registered == {(k.group, k.resource): by_path[k.path] for k in WORKLOAD_KINDS}
+    for webhook in webhooks.values():
+        assert webhook["clientConfig"]["service"]["path"] == "/validate"
+        for rule in webhook["rules"]:
+            assert rule["operations"] == ["CREATE", "UPDATE"]
+            assert rule["apiVersions"] == ["v1"] and rule["scope"] == "Namespaced"
+        assert "reinvocationPolicy" not in webhook
+
+
+def test_template_webhooks_keep_the_pods_namespace_selector_and_always_ignore_failures(
+    ca_file: Path,
+) -> None:
+    _, validating = webhook_configurations(settings_for(ca_file, failure_policy="Fail"))
+    pods, *templates = validating["webhooks"]
+    assert pods["failurePolicy"] == "Fail"
+    for webhook in templates:
+        assert webhook["namespaceSelector"] == pods["namespaceSelector"]
+        assert webhook["failurePolicy"] == "Ignore"
+        assert webhook["timeoutSeconds"] == pods["timeoutSeconds"]
+
+
+@pytest.mark.parametrize("kind", WORKLOAD_KINDS, ids=[k.kind for k in WORKLOAD_KINDS])
+def test_only_annotated_templates_reach_the_webhook(ca_file: Path, kind: WorkloadKind) -> None:
+    (webhook,) = [
+        w
+        for w in template_webhooks(ca_file).values()
+        if any(kind.resource in rule["resources"] for rule in w["rules"])
+    ]
+    annotated = {"metadata": {"annotations": {"gpu-fraction": "0.5"}}, "spec": {}}
+    memory = {"metadata": {"annotations": {"gpu-memory": "8Gi"}}}
+    other = {"metadata": {"annotations": {"team": "vision"}, "labels": {"a": "b"}}}
+    assert condition_holds(webhook, workload_with(kind, annotated))
+    assert condition_holds(webhook, workload_with(kind, memory))
+    assert not condition_holds(webhook, workload_with(kind, other))
+    # Every step may be missing (a kustomize-style partial object, a template without
+    # metadata): false, never an evaluation error.
+    for partial in ({}, {"metadata": {}}, {"metadata": {"labels": {"a": "b"}}}):
+        assert not condition_holds(webhook, workload_with(kind, partial))
+    assert not condition_holds(webhook, {"apiVersion": "v1", "kind": kind.kind})
+    for depth in range(1, len(kind.path)):
+        document: dict[str, Any] = {"kind": kind.kind}
+        inner = document
+        for key in kind.path[:depth]:
+            inner[key] = {}
+            inner = inner[key]
+        assert not condition_holds(webhook, document)
+
+
+def test_an_annotated_pod_in_a_template_webhook_path_is_not_confused(ca_file: Path) -> None:
+    """The pod's own annotations are not a template's: a Deployment annotated on its own
+    metadata, with a plain template, is not sent."""
+    webhook = template_webhooks(ca_file)["workloads.gpushare.io"]
+    deployment = workload_with(WORKLOAD_KINDS[0], {"metadata": {"labels": {"a": "b"}}})
+    deployment["metadata"] = {"annotations": {"gpu-fraction": "0.5"}}
+    assert not condition_holds(webhook, deployment)

@@ -14,6 +14,17 @@ Filters, cheapest first, as the apiserver applies them:
 - ``matchConditions`` (CEL, GA in 1.30): the mutating webhook sees only pods carrying a
   ``gpu-fraction`` or ``gpu-memory`` annotation; the validating one also pods that request
   a shared GPU resource by hand. Mirror pods (kubelet static pods) are never sent.
+
+Workloads: the ValidatingWebhookConfiguration also registers the kinds that carry a pod
+template (CREATE and UPDATE), one webhook per place the template sits, because a
+matchCondition must hold for every kind its rules match: ``spec.template`` (Deployment,
+StatefulSet, DaemonSet, ReplicaSet, Job, ReplicationController),
+``spec.jobTemplate.spec.template`` (CronJob) and ``template`` (PodTemplate). Their
+matchConditions send only templates carrying the annotations, every step guarded by
+``has()`` (a missing field is an evaluation error, which the failurePolicy would decide).
+Their failurePolicy is always Ignore: the check is early feedback, the pods are still
+checked at creation under the configured failurePolicy, and an outage of gpushare must not
+block editing or scaling down a workload.
 """
 
 from __future__ import annotations
@@ -41,6 +52,37 @@ MUTATING_WEBHOOK_NAME = "mutate.gpushare.io"
 VALIDATING_WEBHOOK_NAME = "validate.gpushare.io"
 MUTATE_PATH = "/mutate"
 VALIDATE_PATH = "/validate"
+WORKLOAD_FAILURE_POLICY = "Ignore"
+WORKLOAD_OPERATIONS = ["CREATE", "UPDATE"]
+
+
+@dataclass(frozen=True)
+class TemplateWebhook:
+    """One validating webhook for the workload kinds whose template sits at ``path``."""
+
+    name: str
+    path: tuple[str, ...]
+    # (API group, resources) pairs, all at version v1.
+    resources: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+TEMPLATE_WEBHOOKS: tuple[TemplateWebhook, ...] = (
+    TemplateWebhook(
+        "workloads.gpushare.io",
+        ("spec", "template"),
+        (
+            ("apps", ("deployments", "statefulsets", "daemonsets", "replicasets")),
+            ("batch", ("jobs",)),
+            ("", ("replicationcontrollers",)),
+        ),
+    ),
+    TemplateWebhook(
+        "cronjobs.gpushare.io",
+        ("spec", "jobTemplate", "spec", "template"),
+        (("batch", ("cronjobs",)),),
+    ),
+    TemplateWebhook("podtemplates.gpushare.io", ("template",), (("", ("podtemplates",)),)),
+)
 
 # The annotations a developer writes; kept here rather than imported from the core so the
 # configuration stays printable without loading policies.
@@ -93,6 +135,16 @@ def _cel_string(value: str) -> str:
 def _annotations_contain_any(keys: Iterable[str]) -> str:
     tests = " || ".join(f"{_cel_string(key)} in object.metadata.annotations" for key in keys)
     return f"has(object.metadata.annotations) && ({tests})"
+
+
+def annotated_template_expression(path: Sequence[str]) -> str:
+    """True for objects whose pod template at ``path`` carries the annotations; every step
+    guarded by ``has()``, so an object without the field is false, not an error."""
+    steps = ["object", *path, "metadata", "annotations"]
+    guards = [f"has({'.'.join(steps[: i + 1])})" for i in range(1, len(steps))]
+    annotations = ".".join(steps)
+    tests = " || ".join(f"{_cel_string(key)} in {annotations}" for key in REQUEST_ANNOTATIONS)
+    return " && ".join([*guards, f"({tests})"])
 
 
 def not_mirror_pod_expression() -> str:
@@ -161,7 +213,20 @@ def _is_glob(pattern: str) -> bool:
     return any(char in pattern for char in "*?[")
 
 
-def _common_webhook(settings: WebhookSettings, name: str, path: str) -> dict[str, Any]:
+_POD_RULES = [
+    {
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "operations": ["CREATE"],
+        "resources": ["pods"],
+        "scope": "Namespaced",
+    }
+]
+
+
+def _common_webhook(
+    settings: WebhookSettings, name: str, path: str, rules: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     return {
         "name": name,
         "admissionReviewVersions": ["v1"],
@@ -170,15 +235,7 @@ def _common_webhook(settings: WebhookSettings, name: str, path: str) -> dict[str
         "timeoutSeconds": settings.timeout_seconds,
         "matchPolicy": "Equivalent",
         "clientConfig": _client_config(settings, path),
-        "rules": [
-            {
-                "apiGroups": [""],
-                "apiVersions": ["v1"],
-                "operations": ["CREATE"],
-                "resources": ["pods"],
-                "scope": "Namespaced",
-            }
-        ],
+        "rules": rules if rules is not None else _POD_RULES,
         "namespaceSelector": {
             "matchExpressions": [
                 {
@@ -227,8 +284,31 @@ def validating_configuration(settings: WebhookSettings) -> dict[str, Any]:
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": _metadata(settings),
-        "webhooks": [webhook],
+        "webhooks": [webhook, *(template_webhook(settings, t) for t in TEMPLATE_WEBHOOKS)],
     }
+
+
+def template_webhook(settings: WebhookSettings, template: TemplateWebhook) -> dict[str, Any]:
+    """The validating webhook that checks the pod templates of some workload kinds."""
+    rules = [
+        {
+            "apiGroups": [group],
+            "apiVersions": ["v1"],
+            "operations": list(WORKLOAD_OPERATIONS),
+            "resources": list(resources),
+            "scope": "Namespaced",
+        }
+        for group, resources in template.resources
+    ]
+    webhook = _common_webhook(settings, template.name, VALIDATE_PATH, rules)
+    webhook["failurePolicy"] = WORKLOAD_FAILURE_POLICY
+    webhook["matchConditions"] = [
+        {
+            "name": "template-requests-gpu-share",
+            "expression": annotated_template_expression(template.path),
+        }
+    ]
+    return webhook
 
 
 def check_settings(settings: WebhookSettings) -> None:

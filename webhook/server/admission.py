@@ -10,6 +10,13 @@ package:
   looked at (anything else is allowed unchanged), a pod whose field types the core cannot
   read is a 400, and a worker with no policies loaded answers 503 rather than guess. The
   core's ``Verdict`` becomes an ``AdmissionResponse``.
+- Workloads (Deployment, Job, CronJob, ... : ``webhook.core.WORKLOAD_KINDS``) are the
+  validating endpoint's too: a template check is validation, and templates are never
+  patched. On CREATE, and on an UPDATE that changes the pod template, the template is
+  evaluated as the pods it will make: denied with their reasons after a prefix naming the
+  workload, or allowed with warnings saying what each pod will get. An UPDATE that leaves
+  the template alone (scaling, a controller's own annotations, finalizers) is not looked at,
+  so a policy changed since never blocks it.
 
 Namespaces excluded by the policies' settings and mirror pods are the core's to skip.
 """
@@ -21,7 +28,18 @@ from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any
 
-from webhook.core import PolicySet, Untouched, Verdict, mutate, validate
+from webhook.core import (
+    PolicySet,
+    TemplateVerdict,
+    Untouched,
+    Verdict,
+    check_template,
+    mutate,
+    pod_template,
+    template_changed,
+    validate,
+    workload_kind,
+)
 from webhook.server.body_budget import BodyBudget
 from webhook.server.pod_shape import pod_shape_problem
 from webhook.server.policy_store import PolicyStore
@@ -124,7 +142,9 @@ def pod_handler(endpoint: Endpoint, store: PolicyStore) -> Handler:
 
     def handle(request: AdmissionRequest) -> AdmissionResponse:
         if not request.is_pod_create:
-            return allowed(outcome=Outcome.SKIPPED)
+            if may_patch:
+                return allowed(outcome=Outcome.SKIPPED)
+            return _handle_workload(request, store)
         pod = request.object
         if pod is None:
             return errored(400, "request.object is missing for a pod CREATE.")
@@ -142,6 +162,45 @@ def pod_handler(endpoint: Endpoint, store: PolicyStore) -> Handler:
         return _response(verdict, may_patch)
 
     return handle
+
+
+_WORKLOAD_OPERATIONS = ("CREATE", "UPDATE")
+
+
+def _handle_workload(request: AdmissionRequest, store: PolicyStore) -> AdmissionResponse:
+    """A workload's pod template, checked as its pods; anything else is allowed unchanged."""
+    kind = workload_kind(request.group, request.kind)
+    if kind is None or request.sub_resource or request.operation not in _WORKLOAD_OPERATIONS:
+        return allowed(outcome=Outcome.SKIPPED)
+    workload = request.object
+    if workload is None:
+        return errored(400, f"request.object is missing for a {kind.kind} {request.operation}.")
+    if request.operation == "UPDATE" and not template_changed(request.old_object, workload, kind):
+        return allowed(outcome=Outcome.SKIPPED)
+    template = pod_template(workload, kind)
+    if template is None:
+        return allowed(outcome=Outcome.SKIPPED)
+    root = f"request.object.{kind.where}"
+    if type(template) is not dict:
+        return errored(400, f"{root} must be an object.")
+    problem = pod_shape_problem(template, root)
+    if problem is not None:
+        return errored(400, problem)
+    policies = store.policies
+    if policies is None:
+        return errored(503, "No valid policies are loaded yet; see /readyz for the problems.")
+    checked = check_template(workload, kind, request.namespace, policies)
+    if checked is None:  # not reached: the template is an object
+        return allowed(outcome=Outcome.SKIPPED)
+    return _template_response(checked)
+
+
+def _template_response(checked: TemplateVerdict) -> AdmissionResponse:
+    if not checked.allowed:
+        return denied(checked.code, checked.admission_reasons, checked.pod.warnings, checked.policy)
+    if isinstance(checked.decision, Untouched):
+        return allowed(checked.warnings, outcome=Outcome.SKIPPED, policy=checked.policy)
+    return allowed(checked.warnings, policy=checked.policy)
 
 
 def _response(verdict: Verdict, may_patch: bool) -> AdmissionResponse:

@@ -67,6 +67,8 @@ def admission_fields(
     if request is not None:
         fields["namespace"] = request.namespace
         fields["pod"] = request.pod_name
+        if request.kind != "Pod":  # a workload's template check: "pod" is the workload's name
+            fields["kind"] = request.kind
         fields["operation"] = request.operation
         if request.dry_run:
             fields["dry_run"] = True

@@ -171,8 +171,8 @@ def _spec(spec: Any) -> Problem | None:
     return (key, *found[0]), found[1], found[2]
 
 
-def _path(steps: tuple[Step, ...]) -> str:
-    parts = ["request.object"]
+def _path(steps: tuple[Step, ...], root: str) -> str:
+    parts = [root]
     for step in steps:
         if isinstance(step, int):
             parts.append(f"[{step}]")
@@ -183,8 +183,11 @@ def _path(steps: tuple[Step, ...]) -> str:
     return "".join(parts)
 
 
-def pod_shape_problem(pod: Mapping[str, Any]) -> str | None:
-    """The first field whose JSON type the core cannot use, as a sentence; None if none."""
+def pod_shape_problem(pod: Mapping[str, Any], root: str = "request.object") -> str | None:
+    """The first field whose JSON type the core cannot use, as a sentence; None if none.
+
+    ``root`` names where the pod sits (a workload's template: ``request.object.spec.template``).
+    """
     metadata, spec = pod.get("metadata"), pod.get("spec")
     if metadata is not None and (found := _metadata(metadata)) is not None:
         key = "metadata"
@@ -193,4 +196,4 @@ def pod_shape_problem(pod: Mapping[str, Any]) -> str | None:
     else:
         return None
     steps, kind, value = found
-    return _not(kind, _path((key, *steps)), value)
+    return _not(kind, _path((key, *steps), root), value)

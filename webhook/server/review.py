@@ -70,6 +70,8 @@ class AdmissionRequest:
     name: str
     dry_run: bool
     object: Mapping[str, Any] | None
+    # The stored object an UPDATE replaces (workload templates: was the template touched?).
+    old_object: Mapping[str, Any] | None = None
 
     @property
     def is_pod_create(self) -> bool:
@@ -132,12 +134,7 @@ def _type_name(value: Any) -> str:
     return {dict: "object", str: "string", bool: "boolean", list: "array"}.get(kind, kind.__name__)
 
 
-def decode_review(body: bytes) -> AdmissionRequest:
-    """Parse an AdmissionReview v1 body, or raise ``MalformedReviewError`` saying what is wrong.
-
-    Runs on every admission: the checks are written for the well-formed case to cost next to
-    nothing on top of ``orjson.loads`` (no per-field helpers beyond a type test).
-    """
+def _json_object(body: bytes) -> dict[str, Any]:
     try:
         review = orjson.loads(body)
     except orjson.JSONDecodeError as error:
@@ -150,6 +147,16 @@ def decode_review(body: bytes) -> AdmissionRequest:
         raise MalformedReviewError(
             400, "The request body must be a JSON object (an AdmissionReview)."
         )
+    return review
+
+
+def decode_review(body: bytes) -> AdmissionRequest:
+    """Parse an AdmissionReview v1 body, or raise ``MalformedReviewError`` saying what is wrong.
+
+    Runs on every admission: the checks are written for the well-formed case to cost next to
+    nothing on top of ``orjson.loads`` (no per-field helpers beyond a type test).
+    """
+    review = _json_object(body)
     request = review.get("request")
     uid = request.get("uid") if type(request) is dict else None
     if type(uid) is not str:
@@ -170,9 +177,10 @@ def decode_review(body: bytes) -> AdmissionRequest:
         raise MalformedReviewError(400, "AdmissionReview.request.uid must be a non-empty string.")
     gvk = _object(request, "kind", uid, "request")
     resource = _object(request, "resource", uid, "request")
-    obj = request.get("object")
-    if obj is not None and type(obj) is not dict:
-        raise MalformedReviewError(400, "request.object must be an object.", uid)
+    obj, old = request.get("object"), request.get("oldObject")
+    for key, value in (("object", obj), ("oldObject", old)):
+        if value is not None and type(value) is not dict:
+            raise MalformedReviewError(400, f"request.{key} must be an object.", uid)
     dry_run = request.get("dryRun")
     if dry_run is not None and type(dry_run) is not bool:
         raise MalformedReviewError(
@@ -190,6 +198,7 @@ def decode_review(body: bytes) -> AdmissionRequest:
         _string(request, "name", uid, "request"),
         dry_run is True,
         obj,
+        old,
     )
 
 
