@@ -51,6 +51,11 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 # Labels GFD sets from the plugin's sharing config.
 GFD_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 GFD_STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
+# Labels GFD sets from the GPU itself (k8s-device-plugin v0.20.0, internal/lm/resource.go):
+# the memory of one GPU in MiB (NVML's total / 2^20), and the product name ("-SHARED"
+# appended where the sharing config keeps the resource name).
+GFD_MEMORY_LABEL = "nvidia.com/gpu.memory"
+GFD_PRODUCT_LABEL = "nvidia.com/gpu.product"
 # The GPU Operator's config-manager picks a named device-plugin config by this node label.
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 

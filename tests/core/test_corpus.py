@@ -147,8 +147,13 @@ def test_corpus_holds_every_case_the_issue_names() -> None:
         "deny-fraction-above-policy-max",
         "deny-container-asks-nvidia-gpu",
         "deny-annotations-disagree",
-        "deny-gpu-memory-without-pool-memory",
         "deny-node-selector-conflict",
+        # issue 10: every container counts; gpu-memory in MiB and sized by GFD labels
+        "gpu-memory-gfd-default-policy",
+        "gpu-memory-bare-number-is-mib",
+        "deny-sidecar-asks-nvidia-gpu",
+        "deny-init-container-asks-nvidia-gpu",
+        "deny-second-container-asks-gpu-kai",
     }
     assert required <= {c.name for c in CASES}
 
@@ -243,7 +248,20 @@ def test_mutation_touches_only_the_target_container(case: Case) -> None:
         assert len({e["name"] for e in new_env[len(old_env) :]}) == len(new_env) - len(old_env)
         assert not {e["name"] for e in new_env[len(old_env) :]} & {e["name"] for e in old_env}
     spec_changes = {k for k in {*before, *after} if before.get(k) != after.get(k)}
-    assert spec_changes <= {"containers", "nodeSelector", "tolerations", "volumes", "hostIPC"}
+    assert spec_changes <= {
+        "containers",
+        "nodeSelector",
+        "affinity",
+        "tolerations",
+        "volumes",
+        "hostIPC",
+    }
+    affinity_before, affinity_after = before.get("affinity") or {}, after.get("affinity") or {}
+    assert {
+        k
+        for k in {*affinity_before, *affinity_after}
+        if affinity_before.get(k) != affinity_after.get(k)
+    } <= {"nodeAffinity"}
     assert {k for k in case.pod if case.pod[k] != case.expected.get(k)} <= {"metadata", "spec"}  # type: ignore[union-attr]
 
 

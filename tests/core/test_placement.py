@@ -170,11 +170,10 @@ def test_gpu_memory_prefers_a_pool_where_the_share_is_within_bounds() -> None:
     assert "below the smallest share" in problem
 
 
-def test_gpu_memory_without_any_pool_memory_is_refused() -> None:
-    assert _refused(_policy(), _memory(10240, "10Gi")) == [
-        "gpu-memory \"10Gi\" cannot be served: policy 'p' does not declare the GPU memory of its "
-        "pools. Use gpu-fraction instead, or ask the policy author to set gpuMemory."
-    ]
+def test_gpu_memory_without_any_pool_memory_is_sized_by_the_nodes() -> None:
+    # Tests of the node-sized placement: tests/core/test_gpu_memory_on_mixed_gpus.py
+    placement = _placed(_policy(), _memory(10240, "10Gi"))
+    assert placement.node_gpu_memory_mib == 20480
 
 
 def test_gpu_memory_skips_pools_without_memory() -> None:

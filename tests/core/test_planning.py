@@ -366,10 +366,9 @@ def test_a_container_asking_for_another_gpu_resource_is_refused(
     assert outcome.code == 403
 
 
-def test_gpu_resources_of_other_containers_are_not_the_annotation_s_business(
-    bundled: PolicySet,
-) -> None:
-    other = {"name": "b", "image": "y", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+def test_other_containers_resources_are_left_alone(bundled: PolicySet) -> None:
+    # A GPU asked by hand in another container is refused: tests/core/test_every_container.py
+    other = {"name": "b", "image": "y", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}
     pod = make_pod({"gpu-fraction": "0.5"}, containers=[{"name": "a", "image": "x"}, other])
     _, result = _admit(pod, "research", bundled)
     assert result["spec"]["containers"][1] == other

@@ -99,11 +99,44 @@ def test_gpu_memory_is_read_in_mib(text: str, mib: float) -> None:
     assert request.fraction is None
 
 
-@pytest.mark.parametrize("text", ["abc", "", "0Gi", "-1Gi", "10GB", "10 Gi", "1e3Mi", "Gi"])
+MEMORY_FORMS = (
+    'use a size with a unit such as "10Gi", "512Mi" or "16G", or a whole number of MiB such '
+    'as "8000".'
+)
+
+
+@pytest.mark.parametrize(
+    "text", ["abc", "", "0Gi", "-1Gi", "-1", "10GB", "10 Gi", "1e3Mi", "Gi", "0x10", "8000 "]
+)
 def test_bad_gpu_memory_is_refused_naming_the_value(text: str) -> None:
     assert _problems({"gpu-memory": text}) == [
-        f'gpu-memory "{text}" is not a memory size: use a positive size such as "10Gi", '
-        '"512Mi" or "16G".'
+        f'gpu-memory "{text}" is not a memory size: {MEMORY_FORMS}'
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "mib"), [("8000", 8000), ("2000", 2000), ("1", 1), ("081920", 81920)]
+)
+def test_a_bare_whole_number_is_mib_as_in_kai_scheduler(text: str, mib: int) -> None:
+    """KAI-Scheduler reads gpu-memory "2000" as 2000 MiB (v0.13.0,
+    docs/gpu-sharing/gpu-memory.yaml: ``gpu-memory: "2000" # in Mib``); so does gpushare."""
+    request = _request({"gpu-memory": text})
+    assert request.memory_mib == mib
+    assert request.memory_text == text
+
+
+@pytest.mark.parametrize("text", ["0", "000", "0.0"])
+def test_a_bare_zero_asks_for_no_memory(text: str) -> None:
+    assert _problems({"gpu-memory": text}) == [
+        f'gpu-memory "{text}" asks for no GPU memory: {MEMORY_FORMS}'
+    ]
+
+
+@pytest.mark.parametrize("text", ["1.5", "0.5", "80.0"])
+def test_a_bare_decimal_is_refused_saying_which_unit_is_which(text: str) -> None:
+    assert _problems({"gpu-memory": text}) == [
+        f'gpu-memory "{text}" has no unit: a number without a unit is MiB and must be whole, '
+        f'such as "8000" (8000 MiB); for GiB write "{text}Gi".'
     ]
 
 
@@ -170,6 +203,7 @@ def test_has_gpu_request_only_for_fraction_or_memory(
     [("1Ki", 1 / 1024), ("1M", 1e6 / 2**20), ("80Gi", 81920), ("24Gi", 24576), ("1048576", 1)],
 )
 def test_parse_memory_mib_units(text: str, mib: float) -> None:
+    # Policies write Kubernetes quantities: there a bare number is bytes.
     assert parse_memory_mib(text) == pytest.approx(mib)
 
 

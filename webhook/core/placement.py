@@ -4,6 +4,17 @@ A slot is 1/R of a GPU (NVIDIA device plugin replicas). Time-slicing gives no is
 several slots of one pod may come from different GPUs, so a fraction maps to one slot of the
 pool with the smallest slice 1/R >= f ("replica-class"); only where every node has one GPU
 may a pod take ceil(f*R) slots ("count").
+
+A gpu-memory ask is a share of the GPU memory a pool declares (``gpuMemory``). Where no pool
+that could take it declares any, the nodes say it: GPU Feature Discovery labels each node
+with ``nvidia.com/gpu.memory``, the memory of one GPU in MiB (k8s-device-plugin v0.20.0,
+``internal/lm/resource.go``: ``GetTotalMemoryMiB``, NVML's total / 2^20). The ask then takes
+one slot of the pool with the largest slice, and a node affinity ``nvidia.com/gpu.memory Gt
+N-1`` lets the scheduler bind it only where one slot, memory / R, holds the ask (and the ask
+is within the policy's largest share): N = ceil(ask x max(R, 1/fraction.max)). The share the
+pod's env is computed from (framework fractions, MPS thread share) is ask / N = min(1/R,
+fraction.max): on every node the affinity admits, that share of the GPU is at least the ask
+and never more than the pod's slot.
 """
 
 from __future__ import annotations
@@ -14,6 +25,7 @@ from dataclasses import dataclass
 
 from webhook.constants import (
     FRACTION_ANNOTATION,
+    GFD_MEMORY_LABEL,
     MEMORY_ANNOTATION,
 )
 from webhook.core.policy.model import Allocation, Policy, Pool
@@ -25,6 +37,9 @@ from webhook.core.request import (
 _EPSILON = 1e-9
 # gpu-fraction and gpu-memory agree when they differ by at most this share of the memory.
 _AGREEMENT_TOLERANCE = 0.01
+# No GPU has a pebibyte; a node-memory bound above it (an absurd ask) is refused, so the
+# affinity's integer stays far inside the int64 Kubernetes parses Gt values into.
+_LARGEST_GPU_MEMORY_MIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -32,15 +47,23 @@ class Placement:
     pool: Pool
     slots: int
     fraction: float  # the share of one GPU the pod asked for (from gpu-memory where given)
+    # The GPU memory (MiB) a node must have, by GFD's label, where the pool declares none.
+    node_gpu_memory_mib: int | None = None
 
     @property
     def reason(self) -> str:
         """Why this placement, for ``gpushare explain`` (built on demand: not on the hot path)."""
         slots, pool = self.slots, self.pool
-        return (
+        taken = (
             f"pool {pool.name!r} (1/{pool.replicas} of a GPU per slot) takes {slots} slot"
-            f"{'s' if slots > 1 else ''} = {format_fraction(self.granted)} of a GPU "
-            f">= {format_fraction(self.fraction)} asked"
+            f"{'s' if slots > 1 else ''} = {format_fraction(self.granted)} of a GPU"
+        )
+        if self.node_gpu_memory_mib is None:
+            return f"{taken} >= {format_fraction(self.fraction)} asked"
+        return (
+            f"{taken}, on a node whose GPUs have at least {self.node_gpu_memory_mib}Mi "
+            f"({GFD_MEMORY_LABEL}; the pool declares no gpuMemory), where "
+            f"{format_fraction(self.fraction)} of a GPU holds the ask"
         )
 
     @property
@@ -79,12 +102,6 @@ def _slots(policy: Policy, pool: Pool, fraction: float) -> int | None:
 
 def place(policy: Policy, request: GpuRequest) -> Placement | list[str]:
     """The placement with the least GPU granted beyond the request; problems if none fits."""
-    if request.memory_mib is not None and all(p.gpu_memory_mib is None for p in policy.pools):
-        return [
-            f'{MEMORY_ANNOTATION} "{request.memory_text}" cannot be served: policy '
-            f"{policy.name!r} does not declare the GPU memory of its pools. Use "
-            f"{FRACTION_ANNOTATION} instead, or ask the policy author to set gpuMemory."
-        ]
     candidates: list[Placement] = []
     for pool in policy.pools:
         fraction = _requested_fraction(request, pool)
@@ -94,14 +111,43 @@ def place(policy: Policy, request: GpuRequest) -> Placement | list[str]:
         if slots is None:
             continue
         candidates.append(Placement(pool, slots, fraction))
-    if not candidates:
-        return [_nothing_fits(policy, request)]
     # A gpu-memory request is a different share in pools of different GPU memory: prefer
     # the pools where it is within the policy's bounds, and report bounds only if none is.
     within = [c for c in candidates if not _bounds_problems(policy, request, c)]
+    if not within and _sized_by_nodes(policy, request):
+        return _place_by_node_memory(policy, request)
+    if not candidates:
+        return [_nothing_fits(policy, request)]
     best = min(within or candidates, key=lambda c: c.granted)  # min keeps order on ties
     problems = _bounds_problems(policy, request, best) + _agreement_problems(request, best)
     return problems or best
+
+
+def _sized_by_nodes(policy: Policy, request: GpuRequest) -> bool:
+    """A memory-only ask, and pools that leave their GPU memory to the nodes' labels."""
+    return (
+        request.fraction is None
+        and request.memory_mib is not None
+        and any(p.gpu_memory_mib is None for p in policy.pools)
+    )
+
+
+def _place_by_node_memory(policy: Policy, request: GpuRequest) -> Placement | list[str]:
+    """One slot of the largest slice among the pools without gpuMemory, on nodes whose GPU
+    memory (GFD's label) makes that slot hold the ask: see the module docstring."""
+    assert request.memory_mib is not None  # _sized_by_nodes
+    pools = [p for p in policy.pools if p.gpu_memory_mib is None]
+    pool = max(pools, key=lambda p: p.slice_fraction)  # max keeps the first on ties
+    share = min(pool.slice_fraction, policy.max_fraction)
+    node_memory = math.ceil(request.memory_mib / share - _EPSILON)
+    if node_memory > _LARGEST_GPU_MEMORY_MIB:
+        return [
+            f'{MEMORY_ANNOTATION} "{request.memory_text}" is more than any GPU has: ask for '
+            "less, or for whole GPUs with "
+            f'{FRACTION_ANNOTATION}: "1".'
+        ]
+    placement = Placement(pool, 1, share, node_memory)
+    return _bounds_problems(policy, request, placement) or placement
 
 
 def _nothing_fits(policy: Policy, request: GpuRequest) -> str:

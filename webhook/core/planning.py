@@ -21,21 +21,26 @@ from webhook.constants import (
     APPLIED_ANNOTATION,
     CONTAINER_ANNOTATION,
     FRACTION_ANNOTATION,
+    MEMORY_ANNOTATION,
     MIRROR_POD_ANNOTATION,
 )
 from webhook.core.container_env import apply_env
-from webhook.core.container_resources import set_gpu_resource
+from webhook.core.container_resources import refuse_other_gpu_asks, set_gpu_resource
 from webhook.core.draft import PlanDraft, as_mapping
 from webhook.core.edits import PodEdits
 from webhook.core.frameworks import fixed_framework_env, framework_env
 from webhook.core.injections import apply_injections
-from webhook.core.mode_edits import add_volumes, select_nodes, share_host_ipc
+from webhook.core.mode_edits import add_volumes, require_gpu_memory, select_nodes, share_host_ipc
 from webhook.core.modes import mode_changes
 from webhook.core.placement import Placement, format_fraction, place
 from webhook.core.plan_memos import placement_key
 from webhook.core.policy.model import Policy, PolicySet
 from webhook.core.policy.selection import select_policy
+from webhook.core.quantity import is_bare_number
 from webhook.core.request import GpuRequest, has_gpu_request, read_request
+
+# A gpu-memory number without a unit is MiB; below this it was probably meant as GiB.
+_SMALL_BARE_MIB = 1024
 
 # status.code of a denial: the annotations cannot be read (422) or break policy (403).
 UNPROCESSABLE = 422
@@ -123,6 +128,15 @@ def _container_index(spec: Mapping[str, Any], request: GpuRequest) -> int | str:
 
 def _plan(draft: PlanDraft, request: GpuRequest) -> Decision:
     policy = draft.policy
+    refuse_other_gpu_asks(
+        draft, FRACTION_ANNOTATION if request.fraction_text is not None else MEMORY_ANNOTATION
+    )
+    if request.memory_text is not None and is_bare_number(request.memory_text):
+        mib = request.memory_text
+        if int(mib) < _SMALL_BARE_MIB:  # "16" is more likely 16 GiB meant than 16 MiB
+            draft.warnings.append(
+                f'{MEMORY_ANNOTATION} "{mib}" is {mib} MiB; for GiB write "{mib}Gi"'
+            )
     if request.is_whole:
         record = _whole_gpus(draft, request)
     else:
@@ -180,11 +194,13 @@ def _shared(draft: PlanDraft, placement: Placement) -> dict[str, Any]:
     draft.problems += frameworks.problems
     draft.warnings += [*changes.warnings, *frameworks.warnings]
     select_nodes(draft, changes.node_selector)
+    if placement.node_gpu_memory_mib is not None:
+        require_gpu_memory(draft, placement.node_gpu_memory_mib)
     apply_env(draft, [*changes.env, *frameworks.env])
     add_volumes(draft, changes)
     if changes.host_ipc:
         share_host_ipc(draft)
-    return {
+    record: dict[str, Any] = {
         "container": draft.container_name,
         "fraction": format_fraction(placement.fraction),
         "mode": policy.mode.value,
@@ -193,3 +209,6 @@ def _shared(draft: PlanDraft, placement: Placement) -> dict[str, Any]:
         "resource": policy.resource_name,
         "slots": placement.slots,
     }
+    if placement.node_gpu_memory_mib is not None:
+        record["nodeGpuMemory"] = f"{placement.node_gpu_memory_mib}Mi"
+    return record

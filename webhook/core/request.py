@@ -1,7 +1,9 @@
 """What a developer asked for: the gpu-fraction / gpu-memory annotations, read strictly.
 
 Anything but a plain decimal is refused with a sentence that names the value and says what
-is accepted; "1e-9", "50%", "nan" and friends never reach the planner.
+is accepted; "1e-9", "50%", "nan" and friends never reach the planner. ``gpu-memory`` is a
+whole number of MiB ("8000", as KAI-Scheduler reads it) or a quantity with a unit ("10Gi",
+"16G"); see ``quantity``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from webhook.constants import (
     MEMORY_ANNOTATION,
     REQUEST_ANNOTATIONS,
 )
-from webhook.core.quantity import ACCEPTED_FORMS, parse_memory_mib
+from webhook.core.quantity import ACCEPTED_FORMS, is_bare_number, parse_memory_ask_mib
 
 # Plain decimals only: no sign, no exponent, no percent, at most one point.
 _DECIMAL = re.compile(r"^(?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)\Z")
@@ -80,14 +82,11 @@ def read_request(annotations: Mapping[str, object]) -> GpuRequest | list[Request
     raw_memory = annotations.get(MEMORY_ANNOTATION)
     if raw_memory is not None:
         memory_text = str(raw_memory)
-        memory = parse_memory_mib(memory_text) if len(memory_text) <= MAX_VALUE_LENGTH else None
-        if memory is None:
-            problems.append(
-                RequestProblem(
-                    f"{MEMORY_ANNOTATION} {shown(memory_text)} is not a memory size: "
-                    f"use {ACCEPTED_FORMS}."
-                )
-            )
+        parsed_memory = _parse_memory(memory_text)
+        if isinstance(parsed_memory, RequestProblem):
+            problems.append(parsed_memory)
+        else:
+            memory = parsed_memory
 
     if whole is not None and memory_text is not None:
         problems.append(
@@ -154,6 +153,25 @@ def _parse_fraction(text: str) -> float | int | RequestProblem:
             f"{accepted}"
         )
     return float(value)
+
+
+def _parse_memory(text: str) -> float | RequestProblem:
+    """MiB of a gpu-memory value: "8000" is MiB (as in KAI-Scheduler), "10Gi" a quantity."""
+    mib = parse_memory_ask_mib(text) if len(text) <= MAX_VALUE_LENGTH else None
+    if mib is not None:
+        return mib
+    if len(text) <= MAX_VALUE_LENGTH and is_bare_number(text):
+        if not text.strip("0."):
+            return RequestProblem(
+                f'{MEMORY_ANNOTATION} "{text}" asks for no GPU memory: use {ACCEPTED_FORMS}.'
+            )
+        return RequestProblem(
+            f'{MEMORY_ANNOTATION} "{text}" has no unit: a number without a unit is MiB and must '
+            f'be whole, such as "8000" (8000 MiB); for GiB write "{text}Gi".'
+        )
+    return RequestProblem(
+        f"{MEMORY_ANNOTATION} {shown(text)} is not a memory size: use {ACCEPTED_FORMS}."
+    )
 
 
 def shown(text: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from webhook.core.policy.build import memory_mib
 from webhook.core.policy.model import Allocation, Mode, Policy
+from webhook.core.quantity import is_bare_number
 
 
 class Finding(NamedTuple):
@@ -33,6 +34,8 @@ def _gpu_memory_is_a_size(policy: Policy, spec: _Spec) -> list[Finding]:
 def _memory_findings(text: str | None, at: tuple[str | int, ...]) -> list[Finding]:
     if text is None or memory_mib(text) is not None:
         return []
+    if is_bare_number(text):  # 81920 copied from GFD's nvidia.com/gpu.memory, which is MiB
+        return [Finding(f"{text!r} is {text} bytes (no unit: bytes); write {text}Mi for MiB", at)]
     return [Finding(f"{text!r} is not a GPU memory size such as 80Gi", at)]
 
 
