@@ -30,6 +30,7 @@ from harness.processes import wait_for
 from harness.registration import SHARED_RESOURCE, GpushareWebhook
 from webhook.constants import (
     APPLIED_ANNOTATION,
+    MEMORY_ANNOTATION,
 )
 
 POOL_LABEL = "e2e.gpushare.io/pool"
@@ -156,3 +157,86 @@ def test_without_the_injected_toleration_the_gpu_nodes_stay_closed(
     assert condition["status"] == "False"
     # The scheduler names no taint key; the only taint on these nodes is GPU_TAINT.
     assert "3 node(s) had untolerated taint(s)" in condition["message"]
+
+
+# -- gpu-memory on mixed GPU models --------------------------------------------------------
+# GPU memory in MiB as GPU Feature Discovery labels it (nvidia.com/gpu.memory: NVML's total
+# / 2^20, k8s-device-plugin v0.20.0 internal/lm/resource.go).
+L4_MIB = 23034
+A100_MIB = 81920
+H200_MIB = 143771
+
+
+@dataclass(frozen=True)
+class MixedGpus:
+    """The default policy's pools on three GPU models; the policy declares no gpuMemory."""
+
+    label: str
+    l4_half: str  # replicas=2: slots of 11517 MiB
+    a100_half: str  # replicas=2: slots of 40960 MiB
+    h200_quarter: str  # replicas=4: slots of 35942 MiB
+
+    def pod(self, name: str, memory: str) -> dict[str, Any]:
+        pod = annotated_pod(name)
+        pod["metadata"]["annotations"] = {MEMORY_ANNOTATION: memory}
+        pod["spec"]["nodeSelector"] = {POOL_LABEL: self.label}
+        return pod
+
+
+@pytest.fixture
+def mixed_gpus(fake_nodes: NodeFactory, core_v1: k8s.CoreV1Api) -> MixedGpus:
+    label = unique_name("mixed")
+    specs = [
+        FakeGpuNode(name=f"{label}-l4", replicas=2, product="NVIDIA-L4", gpu_memory_mib=L4_MIB),
+        FakeGpuNode(name=f"{label}-a100", replicas=2, gpu_memory_mib=A100_MIB),
+        FakeGpuNode(
+            name=f"{label}-h200", replicas=4, product="NVIDIA-H200", gpu_memory_mib=H200_MIB
+        ),
+    ]
+    for spec in specs:
+        fake_nodes(FakeGpuNode(**{**spec.__dict__, "extra_labels": {POOL_LABEL: label}}))
+        core_v1.patch_node(spec.name, {"spec": {"taints": [GPU_TAINT]}})
+    return MixedGpus(label, *(spec.name for spec in specs))
+
+
+@pytest.mark.parametrize(
+    ("memory", "nodes"),
+    [
+        ("20Gi", {"a100_half"}),  # needs a GPU of 40 GiB: not the L4
+        ("8000", {"l4_half", "a100_half"}),  # 8000 MiB: a GPU of 16000 MiB will do
+    ],
+)
+def test_gpu_memory_pod_is_bound_where_one_slot_holds_the_ask(
+    gpushare_webhook: GpushareWebhook,
+    core_v1: k8s.CoreV1Api,
+    namespace: str,
+    mixed_gpus: MixedGpus,
+    memory: str,
+    nodes: set[str],
+) -> None:
+    """The real kube-scheduler reads the node affinity the webhook added (GFD's
+    nvidia.com/gpu.memory Gt replicas x ask - 1) and never picks a GPU whose slot is smaller
+    than the ask, nor the quarter pool whose slot the policy did not choose."""
+    pod = create_pod(gpushare_webhook.api, namespace, mixed_gpus.pod("memory-job", memory)).pod
+    assert "nodeGpuMemory" in pod["metadata"]["annotations"][APPLIED_ANNOTATION]
+
+    node = bound_node(core_v1, namespace, "memory-job")
+
+    assert node in {getattr(mixed_gpus, n) for n in nodes}
+
+
+def test_gpu_memory_no_slot_holds_stays_pending_on_node_affinity(
+    gpushare_webhook: GpushareWebhook,
+    core_v1: k8s.CoreV1Api,
+    namespace: str,
+    mixed_gpus: MixedGpus,
+) -> None:
+    """60Gi needs a half slot of a 120 GiB GPU: the H200 has the memory but serves quarter
+    slots (35 GiB), and the half-slot GPUs are too small. The pod waits and says why."""
+    create_pod(gpushare_webhook.api, namespace, mixed_gpus.pod("too-big", "60Gi"))
+
+    condition = scheduled_condition(core_v1, namespace, "too-big")
+
+    assert condition["status"] == "False"
+    assert condition["reason"] == "Unschedulable"
+    assert "3 node(s) didn't match Pod's node affinity/selector" in condition["message"]
