@@ -36,8 +36,17 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
         "webhook.constants",
         "webhook.errors",
         "webhook.manifest",
+        "webhook.offline",
         "webhook.server",
         "webhook.node",
+    },
+    # The offline verdicts of `gpushare mutate` / `explain`, on the manifests it reads.
+    "webhook.offline": {
+        "webhook.core",
+        "webhook.constants",
+        "webhook.errors",
+        "webhook.manifest",
+        "webhook.server",
     },
 }
 # The core may not depend on any transport or node library.

@@ -1,7 +1,12 @@
 """The ``gpushare`` command: offline policy tools here, server and node commands plugged in.
 
 Exit codes (a contract other tools rely on): 0 admitted (mutated or untouched), 3 denied
-(one reason per line on stderr), 2 usage errors, unreadable input or invalid policies.
+(any document; one reason per line on stderr), 2 usage errors, unreadable or invalid input
+or invalid policies.
+
+``mutate`` and ``explain`` read what people keep in git (``manifest.py``): Pods and workloads
+with a pod template, multi-document files, directories and stdin; every document keeps its
+place, and every line about one starts with its ``Kind/namespace/name`` (``offline.py``).
 """
 
 from __future__ import annotations
@@ -18,16 +23,15 @@ import yaml
 from webhook.core import (
     Denied,
     Planned,
+    PolicySet,
     Untouched,
-    Verdict,
     default_policies_path,
     document_schema,
     load_policies,
-    mutate,
-    mutated_pod,
 )
 from webhook.errors import GpushareError, ManifestError, PolicyError
-from webhook.manifest import read_pod
+from webhook.manifest import MANIFEST_SUFFIXES, read_manifests
+from webhook.offline import DENIED, Checked, check_documents, report
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -45,64 +49,109 @@ def _policies_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _load(args: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
-    pod = read_pod(args.file)
-    policies = load_policies(args.policies or default_policies_path())
-    namespace = args.namespace or (pod.get("metadata") or {}).get("namespace") or "default"
-    return pod, namespace, policies
+def _manifest_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-f",
+        "--file",
+        required=True,
+        action="append",
+        metavar="PATH",
+        help=f"manifest file, directory (its {', '.join(MANIFEST_SUFFIXES)} files, sorted by "
+        "name) or - for stdin; repeat for more",
+    )
+    parser.add_argument(
+        "-R",
+        "--recursive",
+        action="store_true",
+        help="also read the subdirectories of directories given with -f (hidden ones and "
+        "links to directories are skipped)",
+    )
+    _policies_argument(parser)
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        help="evaluate every document in this namespace (default: each document's own, "
+        "else default)",
+    )
 
 
-def _report(outcome: Verdict) -> int:
-    for warning in outcome.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    if not outcome.allowed:
-        for reason in outcome.reasons:
-            print(f"denied: {reason}", file=sys.stderr)
-        return EXIT_DENIED
-    return EXIT_OK
+def _check(args: argparse.Namespace, *, explain: bool = False) -> list[Checked]:
+    documents = read_manifests(args.file, recursive=args.recursive)
+    policies: PolicySet = load_policies(args.policies or default_policies_path())
+    return check_documents(documents, policies, args.namespace, explain=explain)
+
+
+def _print_verdicts(checked: Sequence[Checked]) -> int:
+    """Warnings and denials on stderr, each line prefixed with its document's label."""
+    for item in checked:
+        for warning in item.warnings:
+            print(f"{item.label}: warning: {warning}", file=sys.stderr)
+        for reason in item.reasons if item.verdict == DENIED else ():
+            print(f"{item.label}: denied: {reason}", file=sys.stderr)
+    return EXIT_DENIED if any(item.verdict == DENIED for item in checked) else EXIT_OK
 
 
 def _cmd_mutate(args: argparse.Namespace) -> int:
-    pod, namespace, policies = _load(args)
-    outcome = mutate(pod, namespace, policies)
-    code = _report(outcome)
-    if code != EXIT_OK:
+    checked = _check(args)
+    if args.output == "patch" and len(checked) != 1:
+        raise ManifestError(
+            f"-o patch prints one JSON Patch, but the input holds {len(checked)} documents: "
+            "pass one, or use -o json (a report with each document's patch)."
+        )
+    code = _print_verdicts(checked)
+    if args.output == "json":
+        print(json.dumps(report(checked, "MutateReport", with_result=True), indent=2))
         return code
     if args.output == "patch":
-        print(json.dumps(outcome.patch, indent=2))
-        return EXIT_OK
-    assert outcome.decision is not None
-    result = mutated_pod(pod, outcome.decision)
-    if args.output == "json":
-        print(json.dumps(result, indent=2))
-    else:
-        print(yaml.safe_dump(result, sort_keys=False), end="")
-    return EXIT_OK
+        if code == EXIT_OK:
+            print(json.dumps(checked[0].patch, indent=2))
+        return code
+    admitted = [item.result for item in checked if item.verdict != DENIED]
+    if len(admitted) == 1 and len(checked) == 1:
+        print(yaml.safe_dump(admitted[0], sort_keys=False), end="")
+    elif admitted:
+        print(yaml.safe_dump_all(admitted, sort_keys=False), end="")
+    return code
+
+
+def _explain_lines(item: Checked) -> list[str]:
+    """What ``explain`` says about one document, after its label."""
+    if item.decision is None:
+        return [f"decision: untouched ({item.note})"]
+    lines = [f"namespace: {item.namespace}"]
+    if item.template is not None:
+        lines.append(f"pod template: {item.template}, evaluated as the pods it creates")
+    decision = item.decision
+    if isinstance(decision, Untouched):
+        lines.append(f"decision: untouched ({decision.reason})")
+    elif isinstance(decision, Denied):
+        lines.append(f"decision: denied by policy {decision.policy!r}")
+        lines += [f"  - {reason}" for reason in decision.reasons]
+    elif isinstance(decision, Planned):
+        lines.append("decision: mutated")
+        lines += decision.explanation
+        record = json.dumps(dict(decision.record), sort_keys=True)
+        lines.append(f"recorded in annotation: {record}")
+        lines.append(
+            f"patch: {len(item.patch)} operation(s)"
+            + (" (already mutated: nothing to change)" if not item.patch else "")
+        )
+    lines += [f"warning: {warning}" for warning in item.warnings]
+    return lines
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    pod, namespace, policies = _load(args)
-    outcome = mutate(pod, namespace, policies, explain=True)
-    decision = outcome.decision
-    print(f"namespace: {namespace}")
-    if isinstance(decision, Untouched):
-        print(f"decision: untouched ({decision.reason})")
-    elif isinstance(decision, Denied):
-        print(f"decision: denied by policy {decision.policy!r}")
-        for reason in decision.reasons:
-            print(f"  - {reason}")
-    elif isinstance(decision, Planned):
-        print("decision: mutated")
-        for line in decision.explanation:
-            print(line)
-        print(f"recorded in annotation: {json.dumps(dict(decision.record), sort_keys=True)}")
-        print(
-            f"patch: {len(outcome.patch)} operation(s)"
-            + (" (already mutated: nothing to change)" if not outcome.patch else "")
-        )
-    for warning in outcome.warnings:
-        print(f"warning: {warning}")
-    return EXIT_OK if outcome.allowed else EXIT_DENIED
+    checked = _check(args, explain=True)
+    if args.output == "json":
+        print(json.dumps(report(checked, "ExplainReport", with_result=False), indent=2))
+    else:
+        for number, item in enumerate(checked):
+            if number:
+                print()
+            print(f"{item.label} ({item.document.source}:{item.document.line})")
+            for line in _explain_lines(item):
+                print(line)
+    return EXIT_DENIED if any(item.verdict == DENIED for item in checked) else EXIT_OK
 
 
 def _cmd_policy_check(args: argparse.Namespace) -> int:
@@ -126,6 +175,55 @@ def _cmd_policy_schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _add_manifest_commands(commands: Any) -> None:
+    """``mutate`` and ``explain``: the offline verdicts on manifests."""
+    mutate_parser = commands.add_parser(
+        "mutate",
+        help="print manifests as the webhook would admit their pods",
+        description=(
+            "Put each document through gpushare as the cluster would and print it as "
+            "admitted, in input order. A Pod is printed as the mutating webhook patches it. "
+            "A workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, "
+            "ReplicationController, Job, CronJob, PodTemplate) is printed with its pod "
+            "template as each of its pods will be admitted: the webhook itself never "
+            "changes templates, it patches the pods when they are created. Other documents "
+            "pass through unchanged; denied documents are left out of the output. Exit 0 "
+            "when every document is admitted, 3 when any is denied (reasons on stderr, "
+            "prefixed with Kind/namespace/name), 2 for unreadable input or policies."
+        ),
+    )
+    _manifest_arguments(mutate_parser)
+    mutate_parser.add_argument(
+        "-o",
+        "--output",
+        choices=("yaml", "json", "patch"),
+        default="yaml",
+        help="yaml: the documents as admitted; json: a report for CI with each document's "
+        "verdict, reasons, warnings, JSON Patch and result; patch: the JSON Patch of the one "
+        "document given (default: yaml)",
+    )
+    mutate_parser.set_defaults(func=_cmd_mutate)
+
+    explain_parser = commands.add_parser(
+        "explain",
+        help="say which policy applies to each document and why",
+        description=(
+            "For each document: which policy matched and why, and how each value was "
+            "computed. Workloads are explained through the pods their template creates. "
+            "Exit 3 when any document would be denied."
+        ),
+    )
+    _manifest_arguments(explain_parser)
+    explain_parser.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="text, or json: a report with each document's verdict and explanation",
+    )
+    explain_parser.set_defaults(func=_cmd_explain)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpushare",
@@ -133,22 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    mutate_parser = commands.add_parser("mutate", help="print a Pod as the webhook would admit it")
-    mutate_parser.add_argument(
-        "-f", "--file", required=True, help="Pod manifest (YAML/JSON), - for stdin"
-    )
-    _policies_argument(mutate_parser)
-    mutate_parser.add_argument(
-        "--namespace", "-n", help="namespace (default: the Pod's, else default)"
-    )
-    mutate_parser.add_argument("-o", "--output", choices=("yaml", "json", "patch"), default="yaml")
-    mutate_parser.set_defaults(func=_cmd_mutate)
-
-    explain_parser = commands.add_parser("explain", help="say which policy applies and why")
-    explain_parser.add_argument("-f", "--file", required=True, help="Pod manifest, - for stdin")
-    _policies_argument(explain_parser)
-    explain_parser.add_argument("--namespace", "-n")
-    explain_parser.set_defaults(func=_cmd_explain)
+    _add_manifest_commands(commands)
 
     policy_parser = commands.add_parser("policy", help="check policies, print their JSON Schema")
     policy_commands = policy_parser.add_subparsers(dest="policy_command", required=True)

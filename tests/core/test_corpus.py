@@ -293,8 +293,18 @@ def _cli_args(case: Case, *extra: str) -> list[str]:
     return args
 
 
+def _label(case: Case, namespace: str | None = None) -> str:
+    """How the CLI names the case's pod at the start of each line: Pod/namespace/name."""
+    metadata = case.pod["metadata"]
+    name = metadata.get("name") or metadata.get("generateName")
+    return f"Pod/{namespace or case.namespace}/{name}"
+
+
 def _stderr_lines(case: Case) -> list[str]:
-    return [f"warning: {w}" for w in case.warnings] + [f"denied: {r}" for r in case.denied or ()]
+    label = _label(case)
+    return [f"{label}: warning: {w}" for w in case.warnings] + [
+        f"{label}: denied: {r}" for r in case.denied or ()
+    ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=_ids(CASES))
@@ -354,7 +364,11 @@ def test_cli_json_output_from_stdin_equals_expected_pod() -> None:
     args = ["mutate", "-f", "-", "-o", "json", "--policies", str(case.policies_path)]
     run = run_cli(*args, stdin=text)
     assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout) == case.expected
+    (entry,) = json.loads(run.stdout)["documents"]
+    assert entry["result"] == case.expected
+    assert entry["warnings"] == list(case.warnings)
+    assert jsonpatch.apply_patch(copy.deepcopy(case.pod), entry["patch"]) == case.expected
+    assert (entry["source"], entry["kind"], entry["verdict"]) == ("<stdin>", "Pod", "allowed")
     assert run.stderr.splitlines() == _stderr_lines(case)
 
 
@@ -386,7 +400,8 @@ def test_cli_namespace_flag_overrides_the_manifest_namespace(
     assert cli.main([*_cli_args(case), "--namespace", "research"]) == 0
     out, err = capsys.readouterr()
     assert err.splitlines() == [
-        "warning: gpu-fraction ignored: no policy matches namespace 'research' and none is default"
+        f"{_label(case, 'research')}: warning: gpu-fraction ignored: no policy matches namespace "
+        "'research' and none is default"
     ]
     assert yaml.safe_load(out) == case.pod
 
@@ -425,17 +440,17 @@ def test_cli_invalid_policy_file_exits_2_naming_file_and_yaml_path(tmp_path: Pat
     ]
 
 
-def test_cli_unreadable_or_non_pod_manifest_exits_2(
+def test_cli_unreadable_or_invalid_manifest_exits_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     missing = tmp_path / "missing.yaml"
     run = run_cli("mutate", "-f", str(missing))
     assert run.returncode == 2
     assert run.stderr.startswith(f"{missing}: cannot be read:")
-    deployment = tmp_path / "deployment.yaml"
-    deployment.write_text("apiVersion: apps/v1\nkind: Deployment\nspec: {}\n", encoding="utf-8")
-    assert cli.main(["mutate", "-f", str(deployment)]) == 2
-    assert capsys.readouterr().err.startswith(f"{deployment}: is a Deployment, not a Pod")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: Pod\nspec: [\n", encoding="utf-8")
+    assert cli.main(["mutate", "-f", str(broken)]) == 2
+    assert capsys.readouterr().err.startswith(f"{broken}: ")
 
 
 def test_cli_without_policies_flag_uses_the_checkout_policies_from_any_directory(

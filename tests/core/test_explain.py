@@ -13,10 +13,20 @@ from .support import CORPUS_DIR, MPS_DAEMON_EXAMPLE, POLICIES_DIR, make_pod, run
 
 
 def _explain(capsys: pytest.CaptureFixture[str], case: str, *args: str) -> tuple[int, list[str]]:
-    code = cli.main(["explain", "-f", str(CORPUS_DIR / case / "pod.yaml"), *args])
+    path = CORPUS_DIR / case / "pod.yaml"
+    code = cli.main(["explain", "-f", str(path), *args])
     out, err = capsys.readouterr()
     assert err == ""
-    return code, out.splitlines()
+    header, *lines = out.splitlines()
+    # Each document is explained after its label and where it was read: Kind/ns/name (file:line).
+    assert header.startswith("Pod/") and header.endswith(f" ({path}:{_first_line(path)})")
+    return code, lines
+
+
+def _first_line(path: Path) -> int:
+    """The line a manifest's document starts on, past leading comments and blank lines."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return next(n for n, line in enumerate(lines, 1) if line.strip() and line[0] not in "#-")
 
 
 def test_explain_mutated_pod_names_policy_placement_and_each_value(
@@ -167,7 +177,7 @@ def test_explain_reads_stdin_in_a_fresh_process(tmp_path: Path) -> None:
     run = run_cli("explain", "-f", "-", "--policies", str(POLICIES_DIR), stdin=yaml.safe_dump(pod))
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert lines[:2] == ["namespace: team-a", "decision: mutated"]
+    assert lines[:3] == ["Pod/team-a/pod (<stdin>:1)", "namespace: team-a", "decision: mutated"]
     assert (
         "placement: pool 'ts-quarter' (1/4 of a GPU per slot) takes 1 slot = 0.25 of a GPU >= "
         "0.25 asked" in lines

@@ -246,7 +246,7 @@ def test_the_summary_says_what_each_pod_gets(policies: PolicySet) -> None:
         "each pod will get nodeSelector nvidia.com/gpu.replicas=2, "
         "nvidia.com/gpu.sharing-strategy=time-slicing"
     )
-    assert summary[-1] == "each pod will get also toleration nvidia.com/gpu"
+    assert summary[-1] == "each pod will also get toleration nvidia.com/gpu"
     planned = pod_template(checked.result or {}, kind)
     env = planned["spec"]["containers"][0].get("env") or []
     said = " ".join(line for line in summary if line.startswith("each pod will get env "))
@@ -289,7 +289,7 @@ def test_long_summaries_are_packed_into_short_lines() -> None:
         "FROM_SECRET",
     ]
     assert (
-        lines[-1] == "each pod will get also hostIPC, volume mps-pipe, label gpushare.io/mode=mps"
+        lines[-1] == "each pod will also get hostIPC, volume mps-pipe, label gpushare.io/mode=mps"
     )
 
 

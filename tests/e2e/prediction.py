@@ -37,7 +37,8 @@ class Prediction:
 def predict(
     pod: Mapping[str, Any], policies: Path, namespace: str, *, in_process: bool = True
 ) -> Prediction:
-    """`gpushare mutate -o json` of `pod` in `namespace` with `policies` (exit 3: denied).
+    """`gpushare mutate -o json` of `pod` in `namespace` with `policies` (exit 3: denied):
+    the one entry of its report.
 
     In process by default: the same `webhook.cli.main` the `gpushare` script runs, with the
     same arguments, without starting an interpreter for every pod; `in_process=False` runs
@@ -60,13 +61,13 @@ def predict(
             code, stdout, stderr = result.returncode, result.stdout, result.stderr
     if code not in (0, 3):
         raise CliError(f"gpushare mutate exited {code}\n{stderr}")
-    lines = stderr.splitlines()
-    warnings = tuple(
-        line.removeprefix("warning: ") for line in lines if line.startswith("warning: ")
+    (entry,) = json.loads(stdout)["documents"]
+    denied = entry["verdict"] == "denied"
+    return Prediction(
+        None if denied else entry["result"],
+        tuple(entry["warnings"]),
+        tuple(entry["reasons"]) if denied else (),
     )
-    denied = tuple(line.removeprefix("denied: ") for line in lines if line.startswith("denied: "))
-    mutated = json.loads(stdout) if code == 0 else None
-    return Prediction(mutated, warnings, denied)
 
 
 def _run_cli_in_process(argv: Sequence[str]) -> tuple[int, str, str]:

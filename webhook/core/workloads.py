@@ -228,7 +228,7 @@ def pod_summary(
     env = _env_changes(_container(old_spec, container), _container(new_spec, container))
     lines += _packed(f"{_EACH_POD} env ", env)
     others = _other_changes(old_spec, new_spec) + _metadata_changes(before, after)
-    lines += _packed(f"{_EACH_POD} also ", others)
+    lines += _packed("each pod will also get ", others)
     return tuple(lines)
 
 
