@@ -348,3 +348,15 @@ def test_a_directory_in_a_fresh_process(tmp_path: Path) -> None:
     assert any(
         line.startswith("Deployment/research/bad: denied: ") for line in run_.stderr.splitlines()
     )
+
+
+def test_kubectl_get_output_a_v1_list_is_read_item_by_item(tmp_path: Path) -> None:
+    listed = {"apiVersion": "v1", "kind": "List", "items": [deployment("a"), deployment("b", "x")]}
+    code, out, err = mutate_cli("-f", "-", "-o", "json", stdin=json.dumps(listed))
+    assert code == 3
+    entries = json.loads(out)["documents"]
+    assert [(e["index"], e["item"], e["name"], e["verdict"]) for e in entries] == [
+        (0, 0, "a", "allowed"),
+        (0, 1, "b", "denied"),
+    ]
+    assert err[-1].startswith("Deployment/research/b: denied: ")

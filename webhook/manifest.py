@@ -4,7 +4,8 @@ What people keep in git: multi-document YAML, JSON, folders of both. ``read_mani
 turns ``-f`` arguments into ``Document``s in a stable order (arguments in the order given;
 a directory's files sorted by name; ``recursive`` descends into subdirectories, sorted too,
 never into hidden ones or through links to directories) and keeps each document's file,
-position and line, so every verdict and error can say where it came from.
+position and line, so every verdict and error can say where it came from. A v1 ``List``
+(``kubectl get -o yaml``) counts as its items.
 
 Reading is bounded, since a manifest may come from anywhere in a CI pipeline: files over
 8 MiB, more than 10,000 documents, nesting deeper than 100 levels, YAML aliases that expand
@@ -48,6 +49,24 @@ class Document:
     index: int  # its position among the file's documents, from 0 (empty ones not counted)
     line: int  # the line it starts on, from 1
     content: Any
+    item: int | None = None  # its position in the items of a v1 List document
+
+
+def list_items(document: Document) -> list[Document]:
+    """A ``kind: List`` (what ``kubectl get -o yaml`` prints) as one document per item, as
+    kubectl apply reads it; any other document as itself."""
+    content = document.content
+    if (
+        not isinstance(content, dict)
+        or content.get("kind") != "List"
+        or content.get("apiVersion") != "v1"
+        or not isinstance(content.get("items"), list)
+    ):
+        return [document]
+    return [
+        Document(document.source, document.index, document.line, item, number)
+        for number, item in enumerate(content["items"])
+    ]
 
 
 class ManifestLoader(yaml.SafeLoader):
@@ -291,7 +310,11 @@ def read_manifests(sources: Sequence[str], *, recursive: bool = False) -> list[D
     """Every document of every source, in order; ``ManifestError`` says what is wrong."""
     documents: list[Document] = []
     for source in manifest_files(sources, recursive=recursive):
-        documents += parse_documents(*_read_text(source))
+        documents += [
+            item
+            for document in parse_documents(*_read_text(source))
+            for item in list_items(document)
+        ]
         if len(documents) > MAX_DOCUMENTS:
             raise ManifestError(f"the manifests hold more than {MAX_DOCUMENTS:,} documents")
     if not documents:

@@ -215,6 +215,7 @@ def report(checked: Sequence[Checked], kind: str, *, with_result: bool) -> dict[
         entry: dict[str, Any] = {
             "source": item.document.source,
             "index": item.document.index,
+            "item": item.document.item,
             "line": item.document.line,
             "kind": item.kind or None,
             "namespace": item.namespace,

@@ -192,3 +192,16 @@ def test_unreadable_sources_name_themselves(tmp_path: Path) -> None:
     blank = _write(tmp_path / "blank.yaml", "# nothing\n")
     with pytest.raises(ManifestError, match=re.escape("blank.yaml: holds no documents")):
         read_manifests([blank])
+
+
+def test_a_v1_list_counts_as_its_items(tmp_path: Path) -> None:
+    """What `kubectl get deploy -o yaml` prints; kubectl apply reads it item by item."""
+    listed = {"apiVersion": "v1", "kind": "List", "items": [POD, {"kind": "Service"}]}
+    path = _write(tmp_path / "list.yaml", "kind: X\n---\n" + json.dumps(listed))
+    assert read_manifests([path]) == [
+        Document(path, 0, 1, {"kind": "X"}),
+        Document(path, 1, 3, POD, 0),
+        Document(path, 1, 3, {"kind": "Service"}, 1),
+    ]
+    other = {"apiVersion": "example.com/v1", "kind": "List", "items": [POD]}
+    assert read_manifests([_write(tmp_path / "o.json", json.dumps(other))])[0].content == other
