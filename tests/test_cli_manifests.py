@@ -360,3 +360,17 @@ def test_kubectl_get_output_a_v1_list_is_read_item_by_item(tmp_path: Path) -> No
         (0, 1, "b", "denied"),
     ]
     assert err[-1].startswith("Deployment/research/b: denied: ")
+
+
+def test_kinds_without_apiversion_are_known_and_unknown_versions_are_said(tmp_path: Path) -> None:
+    bare = deployment()
+    del bare["apiVersion"]
+    bare_pod = pod()
+    del bare_pod["apiVersion"]
+    old = {**deployment("old"), "apiVersion": "extensions/v1beta1"}
+    _, out, _ = mutate_cli("-f", write(tmp_path / "m.yaml", bare, bare_pod, old), "-o", "json")
+    entries = json.loads(out)["documents"]
+    assert [e["verdict"] for e in entries] == ["allowed", "allowed", "untouched"]
+    assert entries[2]["untouched"] == (
+        "Deployment of apiVersion 'extensions/v1beta1' is not one gpushare checks"
+    )

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.core import (
+    WORKLOAD_KINDS,
     Decision,
     Denied,
     Planned,
@@ -76,8 +77,27 @@ def _identity(content: Mapping[str, Any]) -> tuple[str, str | None, str]:
     )
 
 
+def _group(content: Mapping[str, Any]) -> str | None:
+    """The document's API group; without an apiVersion, the group gpushare knows its kind
+    by (kubectl would ask for the apiVersion; the verdict does not depend on it)."""
+    group = api_group(content.get("apiVersion"))
+    if group is None and "apiVersion" not in content:
+        kind = content.get("kind")
+        known = [k.group for k in WORKLOAD_KINDS if k.kind == kind]
+        return known[0] if known else "" if kind == "Pod" else None
+    return group
+
+
 def _is_pod(content: Mapping[str, Any]) -> bool:
-    return content.get("kind") == "Pod" and api_group(content.get("apiVersion")) == ""
+    return content.get("kind") == "Pod" and _group(content) == ""
+
+
+def _untouched_note(content: Mapping[str, Any], kind: str) -> str:
+    if not kind:
+        return "no kind: not a Kubernetes object"
+    if kind == "Pod" or any(k.kind == kind for k in WORKLOAD_KINDS):
+        return f"{kind} of apiVersion {content.get('apiVersion')!r} is not one gpushare checks"
+    return f"a {kind} has no pod template"
 
 
 def check_documents(
@@ -103,9 +123,9 @@ def _check(
         kind = type(content).__name__
         return Checked(document, "", None, "", UNTOUCHED, result=content, note=f"a {kind}")
     kind, own_namespace, name = _identity(content)
-    workload = workload_kind(api_group(content.get("apiVersion")), kind)
+    workload = workload_kind(_group(content), kind)
     if workload is None and not _is_pod(content):
-        note = f"a {kind} has no pod template" if kind else "no kind: not a Kubernetes object"
+        note = _untouched_note(content, kind)
         return Checked(document, kind, own_namespace, name, UNTOUCHED, result=content, note=note)
     where = namespace or own_namespace or "default"
     if workload is None:
@@ -177,7 +197,7 @@ def manifest_problems(document: Document, namespace: str | None = None) -> list[
     if not isinstance(content, dict):
         return []
     kind, own_namespace, name = _identity(content)
-    workload = workload_kind(api_group(content.get("apiVersion")), kind)
+    workload = workload_kind(_group(content), kind)
     if workload is None and not _is_pod(content):
         return []
     problems = _metadata_problems(content.get("metadata"), "")
