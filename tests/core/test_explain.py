@@ -47,12 +47,19 @@ def test_explain_mutated_pod_names_policy_placement_and_each_value(
         "nodeSelector: nvidia.com/gpu.replicas=2",
         "nodeSelector: nvidia.com/gpu.sharing-strategy=time-slicing",
         "env TF_FORCE_GPU_ALLOW_GROWTH=true (TensorFlow grows, never caps)",
-        "env XLA_PYTHON_CLIENT_MEM_FRACTION=0.48 (0.5 asked - headroom, floored to 0.001)",
-        "env XLA_CLIENT_MEM_FRACTION=0.48 (0.5 asked - headroom, floored to 0.001)",
+        # Per container: which framework env was added or skipped, and why.
+        "frameworks: container 'notebook' (jupyter/tensorflow-notebook:2023-10-20): tensorflow: "
+        "TF_FORCE_GPU_ALLOW_GROWTH added (image matches 'jupyter/tensorflow-notebook:*'; "
+        "version unknown, and releases before 1.12.0 ignore it)",
+        "frameworks: container 'notebook' (jupyter/tensorflow-notebook:2023-10-20): jax: "
+        "XLA_PYTHON_CLIENT_MEM_FRACTION not added: 'jupyter/tensorflow-notebook:2023-10-20' is "
+        "none of its official images",
+        "frameworks: container 'notebook' (jupyter/tensorflow-notebook:2023-10-20): pytorch: "
+        "per_process_memory_fraction off (frameworks.pytorch.memoryFraction)",
         'recorded in annotation: {"container": "notebook", "fraction": "0.5", "mode": '
         '"time-slicing", "policy": "default", "pool": "ts-half", "resource": '
         '"nvidia.com/gpu.shared", "slots": 1}',
-        "patch: 8 operation(s)",
+        "patch: 6 operation(s)",
     ]
 
 
@@ -94,10 +101,11 @@ def test_explain_marks_enforced_overwrites_and_kept_user_values(
         "warning: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE in 'tritonserver' set to 25 by policy (user "
         "value replaced)"
     )
+    case = CORPUS_DIR / "team-policy-local-file"
     code, lines = _explain(
-        capsys, "kubeflow-notebook-envfrom-istio", "--policies", str(POLICIES_DIR)
+        capsys, case.name, "--policies", str(case / "policies.yaml"), "-n", "team-vision-dev"
     )
-    assert "env TF_FORCE_GPU_ALLOW_GROWTH: kept the value the user set" in lines
+    assert "env XLA_PYTHON_CLIENT_PREALLOCATE: kept the value the user set" in lines
 
 
 def test_explain_lists_the_policies_that_lost_and_why(capsys: pytest.CaptureFixture[str]) -> None:

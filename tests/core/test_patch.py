@@ -166,7 +166,11 @@ def test_a_real_mutation_patch_is_small_and_every_path_is_escaped(bundled: Any) 
     pod = make_pod(
         {"gpu-fraction": "0.5"},
         containers=[
-            {"name": "app", "image": "x", "resources": {"limits": {"cpu": "1"}, "requests": {}}},
+            {
+                "name": "app",
+                "image": "tensorflow/tensorflow:2.17.0-gpu",  # gets TensorFlow's env
+                "resources": {"limits": {"cpu": "1"}, "requests": {}},
+            },
             {"name": "sidecar", "image": "y"},
         ],
         namespace="research",

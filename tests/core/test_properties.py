@@ -27,6 +27,7 @@ from webhook.constants import (
     MPS_PIPE_DIRECTORY_VAR,
     MPS_THREAD_PERCENTAGE_VAR,
 )
+from webhook.core.framework_images import DEFAULT_IMAGES, PYTORCH, TORCH_FRACTION, image_version
 from webhook.core.planning import (
     Planned,
 )
@@ -90,10 +91,12 @@ GPUSHARE_ENV = [
 ]
 ENV_NAMES = [*GPUSHARE_ENV, "HOME", "MODEL_DIR", "OMP_NUM_THREADS"]
 IMAGES = [
+    "pytorch/pytorch:2.10.0-cuda12.8-cudnn9-runtime",
     "pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime",
     "pytorch/pytorch:2.1.0-cuda11.8-cudnn8-runtime",
     "nvcr.io/nvidia/pytorch:25.01-py3",
     "jupyter/tensorflow-notebook:2023-10-20",
+    "ghcr.io/nvidia/jax:jax-2024-10-01",
     "busybox:1.36",
 ]
 APP_NAMES = ["main", "model", "proxy", "logs", "metrics"]
@@ -347,11 +350,16 @@ def _enforced_names(policy: Policy, whole: bool) -> set[str]:
 
 
 def _torch_gated(policy: Policy, image: str, whole: bool) -> bool:
+    """Whether PyTorch's key goes in: a PyTorch image whose version parses it (2.10+)."""
     torch = policy.frameworks.pytorch
+    globs = DEFAULT_IMAGES[PYTORCH] if torch.images is None else torch.images
+    version = image_version(PYTORCH, image, torch.versions).version
     return (
         not whole
         and torch.memory_fraction
-        and (not torch.images or any(fnmatchcase(image, g) for g in torch.images))
+        and any(fnmatchcase(image, g) for g in globs)
+        and version is not None
+        and version >= TORCH_FRACTION.since
     )
 
 
@@ -393,6 +401,11 @@ def test_user_env_is_kept_except_enforced_limits_and_nothing_is_duplicated(
         assert len(values) == 1, (name, values)
     added = [e["name"] for e in new_env[len(old_env) :]]
     assert len(added) == len(set(added)), added
+    # jaxlib 0.4.33+ refuses the two fraction names together: never the second one.
+    both = {"XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"}
+    assert not both <= {e["name"] for e in new_env} or both <= {e["name"] for e in old_env}
+    if torch and not any("valueFrom" in e for e in old_env if e["name"] in torch_vars):
+        assert any("per_process_memory_fraction" in str(e.get("value")) for e in new_env)
     assert not set(added) & {e["name"] for e in old_env}
     if whole:
         assert not set(added) & set(GPUSHARE_ENV) - {"NCCL_P2P_DISABLE"}

@@ -64,3 +64,18 @@ def _enforce(
         draft.explanation.append(
             f"env {setting.name}={setting.value} ({setting.derivation}; enforced)"
         )
+
+
+def explain_frameworks(draft: PlanDraft, notes: Sequence[str]) -> None:
+    """Per container, which framework env was added or skipped and why."""
+    image = draft.container.get("image")
+    for note in notes:
+        draft.explanation.append(
+            f"frameworks: container {draft.container_name!r} ({image}): {note}"
+        )
+    for container in draft.spec.get("containers") or ():
+        name = str(as_mapping(container).get("name"))
+        if name != draft.container_name:
+            draft.explanation.append(
+                f"frameworks: container {name!r}: no framework env (it gets no GPU)"
+            )

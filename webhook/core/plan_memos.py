@@ -45,7 +45,9 @@ class PlanMemos:
     )
     # ``mode_changes`` by policy and placement.
     mode_changes: BoundedMemo[PlacementKey, ModeChanges] = field(default_factory=BoundedMemo)
-    # ``fixed_framework_env`` by policy and placement.
-    framework_envs: BoundedMemo[PlacementKey, FrameworkEnv] = field(default_factory=BoundedMemo)
+    # ``image_framework_env`` by policy, placement and the GPU container's image.
+    framework_envs: BoundedMemo[tuple[PlacementKey, str], FrameworkEnv] = field(
+        default_factory=BoundedMemo
+    )
     # The policy's ``inject.env`` as env settings, by policy.
     inject_env: BoundedMemo[int, tuple[EnvSetting, ...]] = field(default_factory=BoundedMemo)

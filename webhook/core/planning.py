@@ -24,11 +24,12 @@ from webhook.constants import (
     MEMORY_ANNOTATION,
     MIRROR_POD_ANNOTATION,
 )
-from webhook.core.container_env import apply_env
+from webhook.core.container_env import apply_env, explain_frameworks
 from webhook.core.container_resources import refuse_other_gpu_asks, set_gpu_resource
 from webhook.core.draft import PlanDraft, as_mapping
 from webhook.core.edits import PodEdits
-from webhook.core.frameworks import fixed_framework_env, framework_env
+from webhook.core.frameworks import framework_env, image_framework_env
+from webhook.core.inference_servers import size_inference_server
 from webhook.core.injections import apply_injections
 from webhook.core.mode_edits import add_volumes, require_gpu_memory, select_nodes, share_host_ipc
 from webhook.core.modes import mode_changes
@@ -189,7 +190,10 @@ def _shared(draft: PlanDraft, placement: Placement) -> dict[str, Any]:
     memos = draft.policies.plan_memos
     key = placement_key(policy, placement)
     changes = memos.mode_changes.get_or_compute(key, mode_changes, policy, placement)
-    fixed = memos.framework_envs.get_or_compute(key, fixed_framework_env, policy, placement)
+    image = str(draft.container.get("image", ""))
+    fixed = memos.framework_envs.get_or_compute(
+        (key, image), image_framework_env, policy, placement, image
+    )
     frameworks = framework_env(policy, placement, draft.container, fixed)
     draft.problems += frameworks.problems
     draft.warnings += [*changes.warnings, *frameworks.warnings]
@@ -197,6 +201,9 @@ def _shared(draft: PlanDraft, placement: Placement) -> dict[str, Any]:
     if placement.node_gpu_memory_mib is not None:
         require_gpu_memory(draft, placement.node_gpu_memory_mib)
     apply_env(draft, [*changes.env, *frameworks.env])
+    if draft.explaining:
+        explain_frameworks(draft, frameworks.notes)
+    size_inference_server(draft, placement)
     add_volumes(draft, changes)
     if changes.host_ipc:
         share_host_ipc(draft)

@@ -16,14 +16,18 @@ from webhook.core.policy.model import (
     DirectRequests,
     Frameworks,
     Headroom,
+    InferenceServers,
     Injections,
+    JaxKnobs,
     Match,
     Mode,
     MpsDaemonSettings,
     MpsSettings,
     Policy,
     Pool,
-    PyTorchKnob,
+    PyTorchKnobs,
+    ServerMemory,
+    TensorFlowKnobs,
     WholeGpus,
     frozen_map,
 )
@@ -84,14 +88,22 @@ _WHOLE_GPU_FIELDS: _Fields = (
     ("max", "max", _as_is),
     ("nodeSelector", "node_selector", frozen_map),
 )
-_TENSORFLOW_FIELDS: _Fields = (("allowGrowth", "tensorflow_allow_growth", _as_is),)
-_JAX_FIELDS: _Fields = (
-    ("memoryFraction", "jax_memory_fraction", _as_is),
-    ("preallocate", "jax_preallocate", _as_is),
-)
-_PYTORCH_FIELDS: _Fields = (
-    ("memoryFraction", "memory_fraction", _as_is),
+_IMAGE_FIELDS: _Fields = (
     ("images", "images", tuple),
+    ("versions", "versions", lambda versions: tuple(versions.items())),
+)
+_TENSORFLOW_FIELDS: _Fields = (*_IMAGE_FIELDS, ("allowGrowth", "allow_growth", _as_is))
+_JAX_FIELDS: _Fields = (
+    *_IMAGE_FIELDS,
+    ("memoryFraction", "memory_fraction", _as_is),
+    ("preallocate", "preallocate", _as_is),
+)
+_PYTORCH_FIELDS: _Fields = (*_IMAGE_FIELDS, ("memoryFraction", "memory_fraction", _as_is))
+_FRAMEWORKS_FIELDS: _Fields = (("allContainers", "all_containers", _as_is),)
+_INFERENCE_FIELDS: _Fields = (
+    ("memory", "memory", ServerMemory),
+    ("vllmImages", "vllm_images", tuple),
+    ("sglangImages", "sglang_images", tuple),
 )
 _MPS_FIELDS: _Fields = (
     ("enforceThreadPercentage", "enforce_thread_percentage", _as_is),
@@ -124,6 +136,9 @@ def build_policy(name: str, source: str, spec: Mapping[str, Any]) -> Policy:
         whole_gpus=WholeGpus(**_present(spec.get("wholeGpus", {}), _WHOLE_GPU_FIELDS)),
         headroom=_headroom(spec.get("headroom")),
         frameworks=_frameworks(spec.get("frameworks", {})),
+        inference_servers=InferenceServers(
+            **_present(spec.get("inferenceServers", {}), _INFERENCE_FIELDS)
+        ),
         mps=MpsSettings(**_present(spec.get("mps", {}), _MPS_FIELDS)),
         mps_daemon=MpsDaemonSettings(**_present(spec.get("mpsDaemon", {}), _MPS_DAEMON_FIELDS)),
         inject=_injections(spec),
@@ -160,9 +175,10 @@ def _headroom(text: str | None) -> Headroom:
 
 def _frameworks(raw: Mapping[str, Any]) -> Frameworks:
     return Frameworks(
-        pytorch=PyTorchKnob(**_present(raw.get("pytorch", {}), _PYTORCH_FIELDS)),
-        **_present(raw.get("tensorflow", {}), _TENSORFLOW_FIELDS),
-        **_present(raw.get("jax", {}), _JAX_FIELDS),
+        tensorflow=TensorFlowKnobs(**_present(raw.get("tensorflow", {}), _TENSORFLOW_FIELDS)),
+        jax=JaxKnobs(**_present(raw.get("jax", {}), _JAX_FIELDS)),
+        pytorch=PyTorchKnobs(**_present(raw.get("pytorch", {}), _PYTORCH_FIELDS)),
+        **_present(raw, _FRAMEWORKS_FIELDS),
     )
 
 

@@ -108,23 +108,63 @@ class Headroom:
 
 
 @dataclass(frozen=True)
-class PyTorchKnob:
+class FrameworkImages:
+    """Which containers run a framework: image globs (None: the built-in official images of
+    ``framework_images.DEFAULT_IMAGES``), and versions declared for images whose reference
+    does not tell (glob, version) in order."""
+
+    images: tuple[str, ...] | None = None
+    versions: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class TensorFlowKnobs(FrameworkImages):
+    allow_growth: bool = True
+
+
+@dataclass(frozen=True)
+class JaxKnobs(FrameworkImages):
+    memory_fraction: bool = True
+    preallocate: bool | None = None
+
+
+@dataclass(frozen=True)
+class PyTorchKnobs(FrameworkImages):
     """``per_process_memory_fraction`` in the caching allocator's config.
 
-    Older PyTorch raises on unknown allocator keys, so the knob is off unless enabled and can
-    be limited to images the policy author knows are new enough.
+    PyTorch before 2.10 refuses unknown allocator keys, so the knob is off unless enabled and
+    goes only into images whose PyTorch version is known to be 2.10 or later.
     """
 
     memory_fraction: bool = False
-    images: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Frameworks:
-    tensorflow_allow_growth: bool = True
-    jax_memory_fraction: bool = True
-    jax_preallocate: bool | None = None
-    pytorch: PyTorchKnob = field(default_factory=PyTorchKnob)
+    # Framework env into the GPU container whatever its image (the PyTorch key still needs
+    # a known version: it breaks older PyTorch).
+    all_containers: bool = False
+    tensorflow: TensorFlowKnobs = field(default_factory=TensorFlowKnobs)
+    jax: JaxKnobs = field(default_factory=JaxKnobs)
+    pytorch: PyTorchKnobs = field(default_factory=PyTorchKnobs)
+
+
+class ServerMemory(StrEnum):
+    """What gpushare does with an inference server's own GPU memory flag."""
+
+    WARN = "warn"  # a warning when it asks more than the share
+    SET = "set"  # the flag set to the share (appended when absent)
+    IGNORE = "ignore"
+
+
+@dataclass(frozen=True)
+class InferenceServers:
+    """vLLM (--gpu-memory-utilization) and SGLang (--mem-fraction-static) size themselves
+    from flags; images whose entrypoint is the server (None: the built-in ones)."""
+
+    memory: ServerMemory = ServerMemory.WARN
+    vllm_images: tuple[str, ...] | None = None
+    sglang_images: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -181,6 +221,7 @@ class Policy:
     whole_gpus: WholeGpus = field(default_factory=WholeGpus)
     headroom: Headroom = field(default_factory=Headroom)
     frameworks: Frameworks = field(default_factory=Frameworks)
+    inference_servers: InferenceServers = field(default_factory=InferenceServers)
     mps: MpsSettings = field(default_factory=MpsSettings)
     mps_daemon: MpsDaemonSettings = field(default_factory=MpsDaemonSettings)
     inject: Injections = field(default_factory=Injections)

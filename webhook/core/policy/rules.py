@@ -12,6 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from webhook.core.framework_images import (
+    PYTORCH,
+    TORCH_FRACTION,
+    format_version,
+    image_version,
+    known_references,
+    matches,
+)
 from webhook.core.policy.build import memory_mib
 from webhook.core.policy.model import Allocation, Mode, Policy
 from webhook.core.quantity import is_bare_number
@@ -151,6 +159,27 @@ def _matches_some_namespace(policy: Policy, spec: _Spec) -> list[Finding]:
     return [Finding(message, ("match",))]
 
 
+def _pytorch_images_can_take_the_fraction(policy: Policy, spec: _Spec) -> list[Finding]:
+    """An image glob for the PyTorch key must match some release that parses it: one that
+    matches only older releases sends nothing (they would refuse it)."""
+    torch = policy.frameworks.pytorch
+    if not torch.memory_fraction or torch.images is None:
+        return []
+    findings = []
+    for index, glob in enumerate(torch.images):
+        known = [ref for ref in known_references(PYTORCH) if matches(ref, (glob,))]
+        versions = [image_version(PYTORCH, ref, torch.versions).version for ref in known]
+        if known and all(v is not None and v < TORCH_FRACTION.since for v in versions):
+            message = (
+                f"{glob!r} matches only PyTorch releases before "
+                f"{format_version(TORCH_FRACTION.since)}, which refuse "
+                f"{TORCH_FRACTION.name} in their allocator config: match newer images "
+                "or remove it"
+            )
+            findings.append(Finding(message, ("frameworks", "pytorch", "images", index)))
+    return findings
+
+
 RULES: tuple[Callable[[Policy, _Spec], list[Finding]], ...] = (
     _gpu_memory_is_a_size,
     _pools_follow_the_pool_rules,
@@ -160,6 +189,7 @@ RULES: tuple[Callable[[Policy, _Spec], list[Finding]], ...] = (
     _memory_headroom_needs_pool_memory,
     _whole_gpus_not_on_the_shared_resource,
     _matches_some_namespace,
+    _pytorch_images_can_take_the_fraction,
 )
 
 

@@ -29,6 +29,28 @@ def _object(properties: dict[str, Any], required: list[str] | None = None) -> di
     return schema
 
 
+_VERSION_TEXT = {"type": "string", "pattern": r"^v?\d+\.\d+(\.\d+)?$"}
+
+
+def _framework(knobs: dict[str, Any]) -> dict[str, Any]:
+    """A framework's section: its knobs, the images that run it, versions declared."""
+    return _object(
+        {
+            **knobs,
+            "images": {
+                **_GLOBS,
+                "description": "Image globs of this framework (default: its official images).",
+            },
+            "versions": {
+                "type": "object",
+                "additionalProperties": _VERSION_TEXT,
+                "description": "Framework version of images (glob: version) whose tag "
+                "does not tell it.",
+            },
+        }
+    )
+
+
 _POOL = _object(
     {
         "name": {**_NAME, "description": "Pool name; also the device-plugin config name."},
@@ -102,22 +124,31 @@ _POLICY_SPEC = _object(
         "tolerations": {"type": "array", "items": _TOLERATION},
         "frameworks": _object(
             {
-                "tensorflow": _object({"allowGrowth": {"type": "boolean"}}),
-                "jax": _object(
+                "allContainers": {
+                    "type": "boolean",
+                    "description": "Framework env into the GPU container whatever its image "
+                    "(default: only images of that framework).",
+                },
+                "tensorflow": _framework({"allowGrowth": {"type": "boolean"}}),
+                "jax": _framework(
                     {
                         "memoryFraction": {"type": "boolean"},
                         "preallocate": {"type": "boolean"},
                     }
                 ),
-                "pytorch": _object(
-                    {
-                        "memoryFraction": {"type": "boolean"},
-                        "images": {
-                            **_GLOBS,
-                            "description": "Image globs whose PyTorch knows the key.",
-                        },
-                    }
-                ),
+                "pytorch": _framework({"memoryFraction": {"type": "boolean"}}),
+            }
+        ),
+        "inferenceServers": _object(
+            {
+                "memory": {
+                    "enum": ["warn", "set", "ignore"],
+                    "description": "vLLM --gpu-memory-utilization / SGLang "
+                    "--mem-fraction-static above the share: warn (default), set it to the "
+                    "share, or ignore.",
+                },
+                "vllmImages": {**_GLOBS, "description": "Images whose entrypoint is vLLM."},
+                "sglangImages": {**_GLOBS, "description": "Images whose entrypoint is SGLang."},
             }
         ),
         "mps": _object(

@@ -1,0 +1,235 @@
+"""Inference servers that size themselves from a flag, not from env: vLLM's
+``--gpu-memory-utilization`` and SGLang's ``--mem-fraction-static``.
+
+Both take a fraction of the whole GPU whoever else runs on it (vLLM: 0.9 by default, 0.92
+from v0.20.0; SGLang: computed from the GPU's memory when absent), so two servers sharing a
+GPU must not both keep the default. The GPU container's command and args are read for the
+server (``vllm serve``, ``python -m vllm.entrypoints.openai.api_server``, ``sglang serve``,
+``python -m sglang.launch_server``; with no command, images whose entrypoint is the server)
+and its flag (``--flag value`` or ``--flag=value``, the last one wins as in argparse). A
+value above the share, or none, is a warning (``inferenceServers.memory: warn``), or the
+flag is set to the share in the container's args (``set``: replaced where it is, appended
+when absent). A server started from a shell script is only warned about: gpushare does not
+rewrite scripts. docs/frameworks.md cites the flags and defaults.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.core.draft import PlanDraft
+from webhook.core.framework_images import matches, parse_version, split_reference
+from webhook.core.frameworks import framework_fraction
+from webhook.core.placement import Placement, format_fraction
+from webhook.core.policy.model import ServerMemory
+
+
+@dataclass(frozen=True)
+class Server:
+    name: str
+    flag: str
+    # Every spelling its parser takes (vLLM's parser also takes underscores; the
+    # --device-memory-utilization alias exists from v0.31.0).
+    spellings: tuple[str, ...]
+    # (program, subcommand) and python modules that start it.
+    programs: tuple[tuple[str, str], ...]
+    modules: tuple[str, ...]
+    default_images: tuple[str, ...]
+
+
+VLLM = Server(
+    "vLLM",
+    "--gpu-memory-utilization",
+    (
+        "--gpu-memory-utilization",
+        "--gpu_memory_utilization",
+        "--device-memory-utilization",
+        "--device_memory_utilization",
+    ),
+    (("vllm", "serve"),),
+    ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server"),
+    ("vllm/vllm-openai", "vllm/vllm-openai:*"),
+)
+SGLANG = Server(
+    "SGLang",
+    "--mem-fraction-static",
+    ("--mem-fraction-static",),
+    (("sglang", "serve"),),
+    ("sglang.launch_server",),
+    (),
+)
+SERVERS = (VLLM, SGLANG)
+
+
+@dataclass(frozen=True)
+class _Token:
+    field: str  # "command" or "args"
+    index: int
+    text: str
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """A server found in the container, where its flags start, and how it was started."""
+
+    server: Server
+    flags: tuple[_Token, ...]
+    how: str
+    in_script: bool
+
+
+def find_server(
+    container: Mapping[str, Any], images: Mapping[Server, Sequence[str]]
+) -> _Launch | None:
+    """The inference server the container starts, if any."""
+    command = [str(t) for t in container.get("command") or ()]
+    args = [str(t) for t in container.get("args") or ()]
+    tokens = [_Token("command", i, t) for i, t in enumerate(command)]
+    tokens += [_Token("args", i, t) for i, t in enumerate(args)]
+    for position, token in enumerate(tokens):
+        found = _started_at(tokens, position)
+        if found is not None:
+            return found
+        if " " in token.text.strip():
+            script = _script_launch(token.text)
+            if script is not None:
+                return script
+    image = str(container.get("image", ""))
+    for server in SERVERS:
+        if not command and matches(image, images[server]):
+            return _Launch(server, tuple(tokens), f"the entrypoint of {image}", False)
+    return None
+
+
+def _started_at(tokens: Sequence[_Token], position: int) -> _Launch | None:
+    if position + 1 >= len(tokens):
+        return None
+    word, following = tokens[position].text, tokens[position + 1].text
+    program = word.rsplit("/", 1)[-1]
+    for server in SERVERS:
+        if (program, following) in server.programs or (
+            word == "-m" and following in server.modules
+        ):
+            how = " ".join(t.text for t in tokens[max(0, position - 1) : position + 2])
+            return _Launch(server, tuple(tokens[position + 2 :]), how, False)
+    return None
+
+
+def _script_launch(script: str) -> _Launch | None:
+    try:
+        words = shlex.split(script)
+    except ValueError:
+        return None
+    tokens = [_Token("script", i, w) for i, w in enumerate(words)]
+    for position in range(len(tokens)):
+        found = _started_at(tokens, position)
+        if found is not None:
+            return _Launch(found.server, found.flags, f"a shell script ({found.how})", True)
+    return None
+
+
+def flag_value(launch: _Launch) -> tuple[_Token, str | None, str] | None:
+    """The last setting of the server's flag: (token holding the value, the spelling when
+    written as ``--flag=value`` else None, the value); None when absent."""
+    found: tuple[_Token, str | None, str] | None = None
+    flags = launch.flags
+    for position, token in enumerate(flags):
+        name, equals, value = token.text.partition("=")
+        if name not in launch.server.spellings:
+            continue
+        if equals:
+            found = (token, name, value)
+        elif position + 1 < len(flags):
+            found = (flags[position + 1], None, flags[position + 1].text)
+    return found
+
+
+def default_fraction(server: Server, image: str) -> tuple[float, str]:
+    """What the server takes without the flag, and how to say it."""
+    if server is SGLANG:
+        return 0.88, "SGLang's default, computed from the GPU's memory (about 0.88)"
+    repository, tag = split_reference(image)
+    version = parse_version(tag) if repository == "vllm/vllm-openai" else None
+    if version is not None and version >= (0, 20, 0, 0):
+        return 0.92, "vLLM's default from v0.20.0"
+    return 0.9, "vLLM's default"
+
+
+def size_inference_server(draft: PlanDraft, placement: Placement) -> None:
+    """Check (or set) the GPU container's server memory flag against its share."""
+    settings = draft.policy.inference_servers
+    if settings.memory is ServerMemory.IGNORE:
+        return
+    images = {
+        VLLM: VLLM.default_images if settings.vllm_images is None else settings.vllm_images,
+        SGLANG: SGLANG.default_images if settings.sglang_images is None else settings.sglang_images,
+    }
+    launch = find_server(draft.container, images)
+    share = framework_fraction(draft.policy, placement)
+    if launch is None or isinstance(share, str):
+        return
+    _Sizing(draft, launch, share).apply(settings.memory)
+
+
+class _Sizing:
+    """One server's flag against one share."""
+
+    def __init__(self, draft: PlanDraft, launch: _Launch, share: float) -> None:
+        self.draft = draft
+        self.launch = launch
+        self.share = share
+        self.share_text = format_fraction(share)
+        server = launch.server
+        self.where = f"container {draft.container_name!r}: {server.name} {server.flag}"
+
+    def apply(self, memory: ServerMemory) -> None:
+        found = flag_value(self.launch)
+        image = str(self.draft.container.get("image", ""))
+        if found is None:
+            asked, said = default_fraction(self.launch.server, image)
+        else:
+            said = "set in the container"
+            try:
+                asked = float(found[2])
+            except ValueError:
+                self._note(f"{found[2]!r} is not a number; not checked")
+                self.draft.warnings.append(f"{self.where} {found[2]!r} is not a number")
+                return
+        if asked <= self.share + 1e-9:
+            self._note(f"{asked:g} ({said}) fits the share {self.share_text}")
+            return
+        if memory is ServerMemory.WARN or self.launch.in_script:
+            self._note(f"{asked:g} ({said}) is above the share {self.share_text}: warned")
+            verb = "defaults to" if found is None else "is"
+            fix = (
+                "in its shell script" if self.launch.in_script else f"to {self.share_text} or lower"
+            )
+            self.draft.warnings.append(
+                f"{self.where} {verb} {asked:g}, above the share {self.share_text}: set it {fix}"
+            )
+            return
+        self._set(found, f"{asked:g} ({said})")
+
+    def _set(self, found: tuple[_Token, str | None, str] | None, was: str) -> None:
+        container = self.draft.container_path
+        if found is None:
+            path = (*container, "args")
+            self.draft.edits.append(path, self.launch.server.flag)
+            self.draft.edits.append(path, self.share_text)
+        else:
+            token, spelling, _ = found
+            value = self.share_text if spelling is None else f"{spelling}={self.share_text}"
+            self.draft.edits.replace_item((*container, token.field), token.index, value)
+            self.draft.warnings.append(
+                f"{self.where} set to {self.share_text}, the share (was {found[2]})"
+            )
+        self._note(f"set to {self.share_text}, the share (was {was}; inferenceServers.memory: set)")
+
+    def _note(self, text: str) -> None:
+        if self.draft.explaining:
+            self.draft.explanation.append(
+                f"inference server: {self.where} via {self.launch.how}: {text}"
+            )
