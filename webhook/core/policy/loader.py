@@ -33,15 +33,27 @@ POLICY_SUFFIXES = (".yaml", ".yml")
 MAX_POLICY_FILE_BYTES = 1024 * 1024
 
 
+# A problem line quotes at most this much of a value: enough to recognise it, never a wall.
+MAX_QUOTED_CHARACTERS = 200
+
+
+def _one_line(text: object, limit: int = MAX_QUOTED_CHARACTERS * 4) -> str:
+    """``text`` on one line (control characters escaped) and at most ``limit`` characters."""
+    flat = " ".join(str(text).split())
+    flat = "".join(c if c.isprintable() else repr(c)[1:-1] for c in flat)
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
 class _Problems:
-    """Collects ``file: path: message (line N)`` lines for one load."""
+    """Collects ``file: path: message (line N)`` lines for one load, each one short line."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
 
     def add(self, source: str, path: str, message: str, line: int | None = None) -> None:
         where = f" (line {line})" if line is not None else ""
-        self.lines.append(f"{source}: {path or '<document>'}: {message}{where}")
+        path = _one_line(path or "<document>", MAX_QUOTED_CHARACTERS)
+        self.lines.append(f"{source}: {path}: {_one_line(message)}{where}")
 
 
 def load_policies(path: str | Path) -> PolicySet:
@@ -150,7 +162,12 @@ def _documents(
         mark = getattr(error, "problem_mark", None)
         line = None if mark is None else mark.line + 1
         problem = getattr(error, "problem", None) or str(error)
-        problems.add(source, "<yaml>", f"is not valid YAML: {problem}", line)
+        problems.add(source, "<yaml>", f"is not valid YAML: {_one_line(problem)}", line)
+        return []
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as error:
+        # PyYAML's SafeLoader builds tagged scalars (``!!timestamp``, ``!!int``, ``!!set``,
+        # dates like 2001-02-30) with Python calls that raise their own errors.
+        problems.add(source, "<yaml>", f"holds a value YAML cannot build: {_one_line(error)}")
         return []
     documents = [(v, n) for v, n in zip(values, nodes, strict=True) if v is not None]
     result: list[tuple[dict[str, Any], yaml.Node, str]] = []
