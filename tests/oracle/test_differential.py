@@ -29,7 +29,7 @@ from webhook.constants import APPLIED_ANNOTATION, KNOWN_GPU_RESOURCES, MIG_RESOU
 from webhook.core import PolicySet, load_policy_texts, mutate
 from webhook.errors import PolicyError
 
-from .oracle import MIN_NOT_APPLIED, Expected, OraclePolicies, decide, read_policies
+from .oracle import Expected, OraclePolicies, decide, read_policies
 from .strategies import API_VERSION, pods, policy_texts
 
 # The long variants (GPUSHARE_LONG_TESTS=1) run far past the default 300 s timeout.
@@ -132,9 +132,11 @@ def load(texts: list[str]) -> PolicySet:
 
 
 def known_disagreement(expected: Expected, got: dict[str, Any]) -> str | None:
-    """The reported core bug this case meets (see the strict xfails below), or None."""
-    if MIN_NOT_APPLIED in expected.notes and got["outcome"] == "denied":
-        return "gpu-memory sized by the nodes is refused below fraction.min"
+    """The reported core bug this case meets (see the strict xfails below), or None.
+
+    None are open: the one this recognised (a gpu-memory ask sized by the nodes refused
+    below fraction.min) is fixed; the hook stays for the next one found.
+    """
     return None
 
 
@@ -272,13 +274,6 @@ def test_a_headroom_just_below_the_minimum_still_serves_the_minimum(
     assert compare(pod, "research", texts, load(texts)) == "planned"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug (a43cfff, gpu-memory sized by the nodes): policies/README.md says "
-    "fraction.min does not apply to a gpu-memory ask sized by the nodes' "
-    "nvidia.com/gpu.memory label (it takes a whole slot), but placement._place_by_node_memory "
-    "checks the bounds and refuses 'below the smallest share' when 1/R < fraction.min",
-)
 def test_a_gpu_memory_ask_sized_by_the_nodes_ignores_fraction_min() -> None:
     texts = [
         _policy(

@@ -146,8 +146,9 @@ def _place_by_node_memory(policy: Policy, request: GpuRequest) -> Placement | li
             "less, or for whole GPUs with "
             f'{FRACTION_ANNOTATION}: "1".'
         ]
-    placement = Placement(pool, 1, share, node_memory)
-    return _bounds_problems(policy, request, placement) or placement
+    # No bounds check: the share is the slot, at most fraction.max by construction, and
+    # fraction.min does not apply to an ask sized by the nodes (policies/README.md).
+    return Placement(pool, 1, share, node_memory)
 
 
 def _nothing_fits(policy: Policy, request: GpuRequest) -> str:
