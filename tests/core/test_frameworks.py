@@ -13,6 +13,7 @@ from webhook.core.framework_images import (
     parse_version,
     split_reference,
 )
+from webhook.core.planning import Planned
 from webhook.core.policy.model import PolicySet
 from webhook.core.verdict import mutate, mutated_pod
 from webhook.errors import PolicyError
@@ -401,8 +402,8 @@ def test_explain_says_per_container_which_framework_env_was_added_or_skipped() -
         containers=[{"name": "nb", "image": TF_IMAGE}, {"name": "proxy", "image": "nginx:1.27"}],
     )
     outcome = mutate(pod, "x", _default_policies(), explain=True)
-    assert outcome.decision is not None
-    lines = [line for line in outcome.decision.explanation if line.startswith("frameworks:")]  # type: ignore[union-attr]
+    assert isinstance(outcome.decision, Planned)
+    lines = [x for x in outcome.decision.explanation if x.startswith("frameworks:")]
     assert lines == [
         f"frameworks: container 'nb' ({TF_IMAGE}): tensorflow: TF_FORCE_GPU_ALLOW_GROWTH added "
         "(image matches 'tensorflow/tensorflow:*'; tag 2.17.0-gpu of tensorflow/tensorflow)",
