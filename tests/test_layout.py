@@ -37,9 +37,12 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
         "webhook.errors",
         "webhook.manifest",
         "webhook.offline",
+        "webhook.policy_check",
         "webhook.server",
         "webhook.node",
     },
+    # `gpushare policy check`: the core's set checks and the node side's pool clashes.
+    "webhook.policy_check": {"webhook.core", "webhook.constants", "webhook.errors", "webhook.node"},
     # The offline verdicts of `gpushare mutate` / `explain`, on the manifests it reads.
     "webhook.offline": {
         "webhook.core",

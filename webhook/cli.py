@@ -12,6 +12,7 @@ place, and every line about one starts with its ``Kind/namespace/name`` (``offli
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import sys
 from collections.abc import Sequence
@@ -26,12 +27,12 @@ from webhook.core import (
     PolicySet,
     Untouched,
     default_policies_path,
-    document_schema,
     load_policies,
 )
 from webhook.errors import GpushareError, ManifestError, PolicyError
 from webhook.manifest import MANIFEST_SUFFIXES, read_manifests
 from webhook.offline import DENIED, Checked, check_documents, report
+from webhook.policy_check import add_policy_commands
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -154,27 +155,6 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_DENIED if any(item.verdict == DENIED for item in checked) else EXIT_OK
 
 
-def _cmd_policy_check(args: argparse.Namespace) -> int:
-    failed = False
-    for path in args.paths:
-        try:
-            policy_set = load_policies(path)
-        except PolicyError as error:
-            failed = True
-            for problem in error.problems:
-                print(problem, file=sys.stderr)
-            continue
-        names = ", ".join(p.name for p in policy_set.policies)
-        count = len(policy_set.policies)
-        print(f"{path}: ok ({count} {'policy' if count == 1 else 'policies'}: {names})")
-    return EXIT_USAGE if failed else EXIT_OK
-
-
-def _cmd_policy_schema(args: argparse.Namespace) -> int:
-    print(json.dumps(document_schema(), indent=2))
-    return EXIT_OK
-
-
 def _add_manifest_commands(commands: Any) -> None:
     """``mutate`` and ``explain``: the offline verdicts on manifests."""
     mutate_parser = commands.add_parser(
@@ -227,22 +207,31 @@ def _add_manifest_commands(commands: Any) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpushare",
-        description="Turn a gpu-fraction annotation into what the cluster's GPU sharing needs.",
+        description=(
+            "Turn a gpu-fraction or gpu-memory annotation into what the cluster's GPU sharing "
+            "needs: the admission webhook (serve), its installation (certs, webhook-config), "
+            "the node side (device-plugin-config, mps-daemon) and offline tools for manifests "
+            "and policies (mutate, explain, policy). `gpushare COMMAND --help` for each."
+        ),
+        epilog="Exit codes: 0 ok, 2 usage errors and invalid input or policies, 3 a document "
+        "denied (mutate, explain), 1 other failures.",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"gpushare {package_version()}")
+    parser.set_defaults(func=None, parser=parser)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
     _add_manifest_commands(commands)
-
-    policy_parser = commands.add_parser("policy", help="check policies, print their JSON Schema")
-    policy_commands = policy_parser.add_subparsers(dest="policy_command", required=True)
-    check_parser = policy_commands.add_parser("check", help="validate policy files or folders")
-    check_parser.add_argument("paths", nargs="+", type=Path, metavar="PATH")
-    check_parser.set_defaults(func=_cmd_policy_check)
-    schema_parser = policy_commands.add_parser("schema", help="print the JSON Schema")
-    schema_parser.set_defaults(func=_cmd_policy_schema)
-
+    add_policy_commands(commands)
     _add_plugged_commands(commands)
     return parser
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml), as pip reports it."""
+    try:
+        return importlib.metadata.version("gpushare")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
 
 
 def _add_plugged_commands(commands: Any) -> None:
@@ -257,6 +246,9 @@ def _add_plugged_commands(commands: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.func is None:  # `gpushare` or `gpushare policy` alone: its help, a usage error
+        args.parser.print_help(sys.stderr)
+        return EXIT_USAGE
     try:
         code: int = args.func(args)
     except (ManifestError, PolicyError) as error:

@@ -159,8 +159,27 @@ def test_unknown_field_names_the_field_and_lists_the_allowed_ones() -> None:
     text = _policy(VALID_SPEC + "replica: 3\n")
     [problem] = _problems(text)
     assert problem.startswith("team.yaml: spec")
-    assert "'replica' was unexpected" in problem
+    assert "unknown field 'replica';" in problem  # nothing at spec level is close to it
     assert "allowed fields: allocation, default," in problem
+
+
+@pytest.mark.parametrize(
+    ("typo", "field", "at"),
+    [
+        ("replica: 3", "replicas", "spec.pools[0].replica"),
+        ("resource_name: nvidia.com/gpu", "resourceName", "spec.resource_name"),
+        ("NodeSelector: {}", "nodeSelector", "spec.pools[0].NodeSelector"),
+        ("priorty: 3", "priority", "spec.priorty"),
+    ],
+)
+def test_unknown_field_says_which_known_field_was_meant(typo: str, field: str, at: str) -> None:
+    extra = f"    {typo}\n" if at.startswith("spec.pools") else f"{typo}\n"
+    spec = VALID_SPEC.replace("replicas: 2\n", "replicas: 2\n" + extra, 1)
+    if not at.startswith("spec.pools"):
+        spec = VALID_SPEC + extra
+    [problem] = _problems(_policy(spec))
+    assert problem.startswith(f"team.yaml: {at}: unknown field ")
+    assert f"(did you mean {field!r}?)" in problem
 
 
 def test_unknown_field_points_at_the_field_itself() -> None:
@@ -414,10 +433,10 @@ def test_policy_check_accepts_the_bundled_policies(capsys: pytest.CaptureFixture
     out, err = capsys.readouterr()
     assert code == 0
     assert err == ""
+    # The paths together are one set, as the webhook would load them from one directory.
     assert out.splitlines() == [
-        f"{POLICIES_DIR}: ok (1 policy: default)",
-        f"{MPS_EXAMPLE}: ok (1 policy: ml-mps)",
-        f"{MPS_DAEMON_EXAMPLE}: ok (1 policy: inference-mps-daemon)",
+        f"{POLICIES_DIR}, {MPS_EXAMPLE}, {MPS_DAEMON_EXAMPLE}: ok (3 policies: default, "
+        "ml-mps, inference-mps-daemon)"
     ]
 
 
@@ -426,13 +445,20 @@ def test_policy_check_exits_2_with_one_line_per_problem_and_checks_every_path(
 ) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(_policy(VALID_SPEC.replace("time-slicing", "timeslicing").replace("2", "1")))
+    missing = tmp_path / "missing.yaml"
     run = run_cli("policy", "check", str(bad), str(MPS_EXAMPLE))
     assert run.returncode == 2
     assert run.stderr.splitlines() == [
         f"{bad}: spec.mode: 'timeslicing' is not one of time-slicing, mps, mps-daemon (line 7)",
         f"{bad}: spec.pools[0].replicas: 1 is less than the minimum of 2 (line 10)",
     ]
-    assert run.stdout.splitlines() == [f"{MPS_EXAMPLE}: ok (1 policy: ml-mps)"]
+    assert run.stdout == ""  # one invalid file makes the set invalid
+    run = run_cli("policy", "check", str(missing), str(MPS_EXAMPLE), str(tmp_path / "gone"))
+    assert run.returncode == 2
+    assert run.stderr.splitlines() == [
+        f"{missing}: <path>: no such file or directory.",
+        f"{tmp_path / 'gone'}: <path>: no such file or directory.",
+    ]
 
 
 def test_policy_check_without_paths_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -234,7 +234,7 @@ def test_configmap_and_guidance(policy_dir: Path) -> None:
 
 def test_output_file(policy_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "cm.yaml"
-    result = run_cli("--policies", str(policy_dir), "-o", str(out))
+    result = run_cli("--policies", str(policy_dir), "--out", str(out))
     assert result.returncode == 0 and result.stdout == ""
     assert yaml.safe_load(out.read_text())["metadata"]["name"] == "gpushare-device-plugin-configs"
 
@@ -247,7 +247,7 @@ def test_conflicting_pool_definitions_are_refused(policy_dir: Path) -> None:
         .replace("replicas: 2", "replicas: 3")
     )
     result = run_cli("--policies", str(policy_dir))
-    assert result.returncode == 1 and result.stdout == ""
+    assert result.returncode == 2 and result.stdout == ""  # invalid policies, as everywhere
     assert "disagree on replicas" in result.stderr
     # clash.yaml loads first: both other definitions of ts-half are named against it.
     assert result.stderr.count("pool 'ts-half' of policy 'clash'") == 2

@@ -58,8 +58,9 @@ def error_lines(stderr: str) -> list[dict[str, Any]]:
     return [line for line in lines if line["level"] == "error"]
 
 
-def the_error(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 1, result.stderr
+def the_error(result: subprocess.CompletedProcess[str], code: int = 1) -> str:
+    """The one startup error; exit 1, or 2 where the policies are invalid."""
+    assert result.returncode == code, result.stderr
     (error,) = error_lines(result.stderr)
     assert error["event"] == "startup_failed"
     assert "Traceback" not in result.stderr
@@ -132,7 +133,7 @@ def test_invalid_policies(base_args: list[str], tmp_path: Path) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("apiVersion: gpushare.io/v1alpha1\nkind: GpuSharingPolicy\nspec: 3\n")
     args = [str(broken) if a.endswith("mps-daemon.yaml") else a for a in base_args]
-    assert "are invalid" in the_error(run_cli(*args))
+    assert "are invalid" in the_error(run_cli(*args), code=2)
 
 
 def test_count_pool_on_a_multi_gpu_node_is_refused(tmp_path: Path, base_args: list[str]) -> None:

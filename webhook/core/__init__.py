@@ -24,6 +24,7 @@ from webhook.core.policy.loader import (
 )
 from webhook.core.policy.model import Allocation, Mode, Policy, PolicySet, Pool
 from webhook.core.policy.schema import document_schema
+from webhook.core.policy.set_checks import SetFinding, Severity, check_policy_set, finding_lines
 from webhook.core.verdict import Verdict, mutate, mutated_pod, validate
 from webhook.core.workloads import (
     WORKLOAD_KINDS,
@@ -46,14 +47,18 @@ __all__ = [
     "Policy",
     "PolicySet",
     "Pool",
+    "SetFinding",
+    "Severity",
     "TemplateVerdict",
     "Untouched",
     "Verdict",
     "WorkloadKind",
     "api_group",
+    "check_policy_set",
     "check_template",
     "default_policies_path",
     "document_schema",
+    "finding_lines",
     "load_policies",
     "load_policy_text",
     "load_policy_texts",

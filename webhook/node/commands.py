@@ -19,7 +19,7 @@ from types import FrameType
 import yaml
 
 from webhook.constants import DEVICE_PLUGIN_CONFIG_LABEL
-from webhook.core import Allocation, load_policies
+from webhook.core import Allocation, default_policies_path, load_policies
 from webhook.errors import GpushareError, PolicyError
 from webhook.node import events
 from webhook.node.device_plugin_config import (
@@ -29,7 +29,7 @@ from webhook.node.device_plugin_config import (
     config_map,
     guidance,
 )
-from webhook.node.errors import DevicePluginConfigError, NodeSetupError
+from webhook.node.errors import DevicePluginConfigError, InvalidPoliciesError, NodeSetupError
 from webhook.node.events import emit
 from webhook.node.mps_control import (
     DEFAULT_CONTROL_BINARY,
@@ -45,6 +45,8 @@ from webhook.node.supervisor import MpsSupervisor, SupervisorSettings
 
 DEFAULT_LISTEN = "0.0.0.0:9400"
 EXIT_ERROR = 1
+# Invalid policies, as in every gpushare command that loads them.
+EXIT_INVALID_POLICIES = 2
 
 
 def add_node_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -159,7 +161,7 @@ def run_mps_daemon(args: argparse.Namespace, nvml: Nvml | None = None) -> int:
         supervisor, server = _prepare(args, nvml or PynvmlNvml())
     except (GpushareError, OSError) as exc:
         emit("startup_failed", _one_line(exc), level=logging.ERROR)
-        return EXIT_ERROR
+        return EXIT_INVALID_POLICIES if isinstance(exc, InvalidPoliciesError) else EXIT_ERROR
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
         del frame
@@ -191,7 +193,7 @@ def _prepare(args: argparse.Namespace, nvml: Nvml) -> tuple[MpsSupervisor, Statu
     try:
         policies = load_policies(args.policies)
     except PolicyError as exc:
-        raise NodeSetupError(f"The policies in {args.policies} are invalid: {exc}") from exc
+        raise InvalidPoliciesError(f"The policies in {args.policies} are invalid: {exc}") from exc
     if not args.node_name:
         raise NodeSetupError(
             "The node name is unknown: pass --node-name or set NODE_NAME (the DaemonSet sets "
@@ -296,7 +298,12 @@ def _add_device_plugin_config(
             "Operator's devicePlugin.config; guidance on labelling nodes goes to stderr."
         ),
     )
-    parser.add_argument("--policies", type=Path, required=True, help="policy file or directory")
+    parser.add_argument(
+        "--policies",
+        type=Path,
+        help="policy file or directory (default: $GPUSHARE_POLICIES, ./policies, the "
+        "checkout's policies/, /etc/gpushare/policies)",
+    )
     parser.add_argument(
         "--name",
         default=DEFAULT_CONFIGMAP_NAME,
@@ -307,29 +314,31 @@ def _add_device_plugin_config(
         default=DEFAULT_NAMESPACE,
         help=f"ConfigMap namespace (default {DEFAULT_NAMESPACE})",
     )
-    parser.add_argument("--output", "-o", type=Path, help="write here instead of stdout")
+    parser.add_argument(
+        "--out", type=Path, metavar="FILE", help="write the ConfigMap here instead of stdout"
+    )
     parser.set_defaults(func=run_device_plugin_config)
 
 
 def run_device_plugin_config(args: argparse.Namespace) -> int:
     """Entry point of ``gpushare device-plugin-config``."""
     try:
-        policies = load_policies(args.policies)
+        policies = load_policies(args.policies or default_policies_path())
         configs = build_configs(policies)
     except (PolicyError, DevicePluginConfigError) as exc:
         print(f"gpushare device-plugin-config: {len(exc.problems)} problem(s):", file=sys.stderr)
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_INVALID_POLICIES
     if not configs:
         print("gpushare device-plugin-config: the policies define no pool.", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_INVALID_POLICIES
     document = config_map(
         configs, name=args.name, namespace=args.namespace, sources=policies.sources
     )
     text = yaml.safe_dump(document, sort_keys=False)
-    if args.output is not None:
-        args.output.write_text(text)
+    if args.out is not None:
+        args.out.write_text(text)
     else:
         sys.stdout.write(text)
     sys.stderr.write(guidance(configs, name=args.name, namespace=args.namespace))

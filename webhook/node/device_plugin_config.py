@@ -73,7 +73,8 @@ def _document(ref: PoolRef) -> dict[str, Any]:
     }
 
 
-def _problems(ref: PoolRef) -> list[str]:
+def pool_problems(ref: PoolRef) -> list[str]:
+    """What the NVIDIA device plugin cannot express about this pool (one sentence each)."""
     policy, pool = ref.policy, ref.pool
     problems = []
     if policy.resource_name not in (WHOLE_GPU_RESOURCE, SHARED_GPU_RESOURCE):
@@ -101,7 +102,7 @@ def build_configs(policies: PolicySet) -> list[DevicePluginConfig]:
     """One config per distinct config name, in file order; DevicePluginConfigError lists
     every problem (unsupported values, and pools sharing a name but not a definition)."""
     refs = pool_refs(policies)
-    problems = [p for ref in refs for p in _problems(ref)]
+    problems = [p for ref in refs for p in pool_problems(ref)]
     problems += pool_conflicts(refs, key=lambda r: r.pool.config_name)
     if problems:
         raise DevicePluginConfigError(problems)

@@ -14,6 +14,11 @@ class NodeSetupError(GpushareError):
     """The node cannot run the MPS daemon as configured (no NVML, no GPUs, wrong binary...)."""
 
 
+class InvalidPoliciesError(NodeSetupError):
+    """The policies do not load, or their pools clash: exit 2, as in every command that
+    loads policies."""
+
+
 class ComputeModePermissionError(GpushareError):
     """NVML refused to change a GPU's compute mode for lack of privileges."""
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from webhook.constants import DEVICE_PLUGIN_CONFIG_LABEL
 from webhook.core import Mode, Policy, PolicySet, Pool
-from webhook.node.errors import NodeSetupError
+from webhook.node.errors import InvalidPoliciesError, NodeSetupError
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,16 @@ _DAEMON_FIELDS: tuple[tuple[str, Callable[[PoolRef], object]], ...] = (
 
 def pool_conflicts(refs: Iterable[PoolRef], key: Callable[[PoolRef], str]) -> list[str]:
     """One sentence per pair of refs with the same ``key`` whose definitions disagree."""
+    return [problem for _, problem in pool_conflict_refs(refs, key)]
+
+
+def pool_conflict_refs(
+    refs: Iterable[PoolRef], key: Callable[[PoolRef], str]
+) -> list[tuple[PoolRef, str]]:
+    """``pool_conflicts`` with the later ref of each pair (``gpushare policy check`` points
+    at its pool)."""
     first: dict[str, PoolRef] = {}
-    problems: list[str] = []
+    problems: list[tuple[PoolRef, str]] = []
     for ref in refs:
         name = key(ref)
         seen = first.setdefault(name, ref)
@@ -62,12 +70,13 @@ def pool_conflicts(refs: Iterable[PoolRef], key: Callable[[PoolRef], str]) -> li
             fields = _SHARED_FIELDS + _DAEMON_FIELDS
         for label, read in fields:
             if read(seen) != read(ref):
-                problems.append(
+                problem = (
                     f"{ref.where} and {seen.where} both define device-plugin config "
                     f"{name!r} but disagree on {label} ({read(ref)!r} vs {read(seen)!r}): "
                     "one node group gets one config, so make them agree or give one pool "
                     "its own devicePluginConfig name."
                 )
+                problems.append((ref, problem))
                 break
     return problems
 
@@ -116,5 +125,5 @@ def find_daemon_pool(
         )
     problems = pool_conflicts(daemon, key=lambda r: r.pool.config_name)
     if problems:
-        raise NodeSetupError(" ".join(problems))
+        raise InvalidPoliciesError(" ".join(problems))
     return daemon[0]

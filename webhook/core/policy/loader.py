@@ -8,6 +8,7 @@ policies are checked here. Nothing is half-loaded: either every document is vali
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -228,6 +229,16 @@ def _describe(error: ValidationError) -> str:
     return str(error.message)
 
 
+def _unknown_field(key: object, known: Iterable[str]) -> str:
+    """An unknown key, the closest allowed field (a typo's likely fix) and the allowed ones."""
+    allowed = sorted(known)
+    by_lower = {field.lower(): field for field in allowed}  # NodeSelector, resource_name
+    lowered = str(key).lower().replace("_", "").replace("-", "")
+    close = difflib.get_close_matches(lowered, list(by_lower), n=1, cutoff=0.6)
+    hint = f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
+    return f"unknown field {key!r}{hint}; allowed fields: {', '.join(allowed)}"
+
+
 def _validate(
     validator: Draft202012Validator,
     document: dict[str, Any],
@@ -244,7 +255,8 @@ def _validate(
             known = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
             for key in sorted(k for k in error.instance if k not in known):
                 where = [*path, key]
-                problems.add(source, _join(prefix, where), _describe(error), _line_of(node, where))
+                message = _unknown_field(key, known)
+                problems.add(source, _join(prefix, where), message, _line_of(node, where))
             continue
         problems.add(source, _join(prefix, path), _describe(error), _line_of(node, path))
     return not errors
