@@ -108,10 +108,10 @@ def test_settings_errors_name_the_variable() -> None:
 
 
 def test_serve_flags_reach_the_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from webhook.server import commands
+    from webhook.server import serve_command
 
     started: list[ServeSettings] = []
-    monkeypatch.setattr(commands, "exec_gunicorn", started.append)
+    monkeypatch.setattr(serve_command, "exec_gunicorn", started.append)
     flags = ["--state-dir", str(tmp_path), "--port", "9443", "--threads", "2"]
     flags += ["--keepalive", "9", "--graceful-timeout", "7", "--max-body-bytes", "4096"]
     assert main(["serve", "--policies", str(BUNDLED_POLICIES), *flags]) == 1

@@ -13,8 +13,12 @@ from webhook.server.commands import add_server_commands
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m webhook.server")
-    subparsers = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="python -m webhook.server",
+        description="The server commands of gpushare (serve, certs, webhook-config) without "
+        "the rest of the CLI.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_server_commands(subparsers)
     args = parser.parse_args(argv)
     code: int = args.func(args)

@@ -14,13 +14,28 @@ from __future__ import annotations
 import ipaddress
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from webhook.core import default_policies_path, load_policies
 from webhook.errors import GpushareError, PolicyError
-from webhook.install.certs import CertificateError, CertificateFiles, ensure_local_certificates
+from webhook.install.certs import (
+    CertificateError,
+    CertificateFiles,
+    IPAddress,
+    certificate_names,
+    ensure_local_certificates,
+    load_certificate,
+)
+from webhook.server.host_addresses import (
+    DOCKER_DESKTOP_HOST,
+    LOCAL_CLUSTER_NAMES,
+    MINIKUBE_HOST,
+    HostAddress,
+    host_addresses,
+    host_name,
+)
 from webhook.server.settings import DEFAULT_HOST, ServeSettings
 from webhook.server.tls import build_server_context
 
@@ -51,6 +66,9 @@ class CertificateSource:
     tls_key: Path | None = None
     cert_dir: Path | None = None
     state_dir: Path | None = None
+    # Names and addresses the local certificate carries besides the ones serve works out.
+    dns_names: tuple[str, ...] = ()
+    ip_addresses: tuple[IPAddress, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,24 +77,22 @@ class Prepared:
     ca_cert: Path | None
 
 
-def _local_names(
-    host: str,
-) -> tuple[list[str], list[ipaddress.IPv4Address | ipaddress.IPv6Address]]:
+def _local_names(host: str, source: CertificateSource) -> tuple[list[str], list[IPAddress]]:
+    """What the local certificate names: loopback, the bound host, and for a wildcard host
+    every name and address a local cluster may use to reach this machine (host_addresses)."""
     dns_names = ["localhost"]
-    addresses: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [
-        ipaddress.ip_address("127.0.0.1"),
-        ipaddress.ip_address("::1"),
-    ]
-    if host not in WILDCARD_HOSTS:
+    addresses: list[IPAddress] = [ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")]
+    if host in WILDCARD_HOSTS:
+        dns_names += [*LOCAL_CLUSTER_NAMES, *filter(None, [host_name()])]
+        addresses += [item.address for item in _reachable(host, host_addresses())]
+    else:
         try:
-            address = ipaddress.ip_address(host)
+            addresses.append(ipaddress.ip_address(host))
         except ValueError:
-            if host not in dns_names:
-                dns_names.append(host)
-        else:
-            if address not in addresses:
-                addresses.append(address)
-    return dns_names, addresses
+            dns_names.append(host)
+    dns_names += source.dns_names
+    addresses += source.ip_addresses
+    return list(dict.fromkeys(dns_names)), list(dict.fromkeys(addresses))
 
 
 def prepare(
@@ -130,6 +146,14 @@ def prepare(
 
 def _certificate_files(source: CertificateSource, host: str) -> tuple[Path, Path, Path | None]:
     """The serving certificate, its key, and the CA certificate where one is known."""
+    if (source.tls_cert or source.tls_key or source.cert_dir) and (
+        source.dns_names or source.ip_addresses
+    ):
+        raise ServeError(
+            "--ip and --dns name what the local certificate is for; a certificate of your "
+            "own (--tls-cert, --cert-dir) carries its names already: issue it with them "
+            "(gpushare certs --ip ... --dns ...), or leave out the certificate flags."
+        )
     if source.tls_cert or source.tls_key:
         if not (source.tls_cert and source.tls_key):
             raise ServeError("Pass both --tls-cert and --tls-key, or neither.")
@@ -140,7 +164,7 @@ def _certificate_files(source: CertificateSource, host: str) -> tuple[Path, Path
         ca = files.ca_cert if files.ca_cert.exists() else None
         return files.serving_cert, files.serving_key, ca
     state_dir = source.state_dir or default_state_dir()
-    dns_names, addresses = _local_names(host)
+    dns_names, addresses = _local_names(host, source)
     try:
         files = ensure_local_certificates(state_dir / "certs", dns_names, addresses)
     except (CertificateError, OSError) as error:
@@ -150,26 +174,96 @@ def _certificate_files(source: CertificateSource, host: str) -> tuple[Path, Path
     return files.serving_cert, files.serving_key, files.ca_cert
 
 
-def service_url(settings: ServeSettings) -> str:
-    host = "127.0.0.1" if settings.host in WILDCARD_HOSTS else settings.host
+def service_url(settings: ServeSettings, host: str | None = None) -> str:
+    host = host or ("127.0.0.1" if settings.host in WILDCARD_HOSTS else settings.host)
     if ":" in host:
         host = f"[{host}]"
     return f"https://{host}:{settings.port}"
 
 
-def startup_message(prepared: Prepared) -> str:
+def startup_message(prepared: Prepared, addresses: Sequence[HostAddress] | None = None) -> str:
+    """What serves where, with which certificate, how to stop it and the
+    ``gpushare webhook-config`` line for each cluster that can reach it."""
     settings = prepared.settings
-    url = service_url(settings)
-    ca = prepared.ca_cert or "<the CA that signed the serving certificate>"
-    return "\n".join(
-        [
-            f"gpushare: serving {url} (/mutate, /validate, /healthz, /readyz, /metrics)",
-            f"gpushare: policies from {settings.policies}",
-            f"gpushare: certificate {settings.tls_cert}",
-            "gpushare: point an apiserver at it with:",
-            f"    gpushare webhook-config --ca {ca} --url {url} | kubectl apply -f -",
-        ]
+    dns_names, ips = _certificate_names(settings.tls_cert)
+    names = [*sorted(dns_names), *(str(ip) for ip in sorted(ips, key=_address_key))]
+    where = " (every address of this machine)" if settings.host in WILDCARD_HOSTS else ""
+    pid = os.getpid()  # gunicorn keeps it: serve execs the arbiter
+    lines = [
+        f"gpushare: serving {service_url(settings, settings.host or '0.0.0.0')}{where}: "
+        "/mutate, /validate, /healthz, /readyz, /metrics",
+        f"gpushare: policies from {settings.policies}",
+        f"gpushare: certificate {settings.tls_cert} for {', '.join(names) or 'no name'}",
+        f"gpushare: pid {pid}; stop it with Ctrl-C, or kill -TERM {pid} to let in-flight "
+        "requests finish first",
+        "gpushare: point an apiserver at it with:",
+    ]
+    for label, url, note in _targets(settings, addresses):
+        lines.append(f"  {label}:")
+        lines.append(f"    {_config_line(prepared, url)}")
+        lines += [f"    ({note})"] if note else []
+    if settings.host not in WILDCARD_HOSTS and _is_loopback(settings.host):
+        lines.append(
+            f"gpushare: {settings.host} is reachable from this machine only; for kind or "
+            "minikube, serve with --host 0.0.0.0"
+        )
+    return "\n".join(lines)
+
+
+def _targets(
+    settings: ServeSettings, addresses: Sequence[HostAddress] | None
+) -> list[tuple[str, str, str]]:
+    """(who, URL, note) for each client the served address can take: see host_addresses."""
+    if settings.host not in WILDCARD_HOSTS:
+        return [("an apiserver that reaches this address", service_url(settings), "")]
+    found = _reachable(settings.host, host_addresses() if addresses is None else addresses)
+    bridges = [a for a in found if a.on_docker_bridge and a.address.version == 4]
+    others = ", ".join(str(a.address) for a in found if a not in bridges[:1]) or "none"
+    kind_note = (
+        f"this machine's address on a docker bridge ({bridges[0].interface}): check it is the "
+        "IPv4 gateway `docker network inspect kind` shows"
+        if bridges
+        else "GATEWAY: the IPv4 gateway `docker network inspect kind` shows, an address of "
+        "this machine"
     )
+    kind_host = str(bridges[0].address) if bridges else "GATEWAY"
+    return [
+        ("an apiserver on this machine", service_url(settings, "127.0.0.1"), ""),
+        ("minikube (its node's /etc/hosts names this machine)",
+         service_url(settings, MINIKUBE_HOST), ""),
+        ("kind on Linux", service_url(settings, kind_host),
+         f"{kind_note}; this machine's other addresses: {others}"),
+        ("kind or minikube on Docker Desktop (macOS, Windows)",
+         service_url(settings, DOCKER_DESKTOP_HOST), ""),
+    ]  # fmt: skip
+
+
+def _reachable(host: str, addresses: Sequence[HostAddress]) -> list[HostAddress]:
+    """The addresses a wildcard bind answers on: 0.0.0.0 is IPv4 only, :: both families."""
+    return [a for a in addresses if host != "0.0.0.0" or a.address.version == 4]
+
+
+def _config_line(prepared: Prepared, url: str) -> str:
+    ca = prepared.ca_cert or "<the CA that signed the serving certificate>"
+    return f"gpushare webhook-config --ca {ca} --url {url} | kubectl apply -f -"
+
+
+def _certificate_names(path: Path) -> tuple[set[str], set[IPAddress]]:
+    try:
+        return certificate_names(load_certificate(path))
+    except (CertificateError, OSError, ValueError):
+        return set(), set()
+
+
+def _address_key(address: IPAddress) -> tuple[int, IPAddress]:
+    return (address.version, address)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def gunicorn_command() -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,6 +103,20 @@ class ServeSettings:
         for name, text in raw.items():
             values[name] = _parse(name, text)
         return cls(**values)  # type: ignore[arg-type]
+
+
+def environ_settings(
+    names: Iterable[str], environ: Mapping[str, str] | None = None
+) -> dict[str, object]:
+    """The ``GPUSHARE_*`` variables set for these fields, parsed; a bad one is named in a
+    ``SettingsError``. ``gpushare serve`` takes them as the defaults of its flags."""
+    source = os.environ if environ is None else environ
+    values: dict[str, object] = {}
+    for name in names:
+        text = source.get(ENV_PREFIX + name.upper())
+        if text:
+            values[name] = _parse(name, text)
+    return values
 
 
 def _parse(name: str, text: str) -> object:

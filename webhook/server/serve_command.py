@@ -1,0 +1,253 @@
+"""``gpushare serve``: its flags, their ``GPUSHARE_*`` variables, and the run.
+
+A flag wins over its variable, the variable over ``ServeSettings``' default; ``serve --help``
+lists the variables from ``ServeSettings``' fields, so the list cannot drift from what the
+server reads. The work is in ``serve`` (checks, local certificates, exec of gunicorn).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+from webhook.install.certs import CertificateError, parse_ip_addresses
+from webhook.server import settings as serve_defaults
+from webhook.server.serve import (
+    STATE_DIR_VARIABLE,
+    CertificateSource,
+    ServeError,
+    exec_gunicorn,
+    prepare,
+    startup_message,
+)
+from webhook.server.settings import ENV_PREFIX, ServeSettings, SettingsError, environ_settings
+
+EXIT_USAGE = 2
+
+Subparsers = Any  # argparse's _SubParsersAction is private; the CLI passes it through
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+POLICIES_HELP = (
+    "policy file or directory (default: $GPUSHARE_POLICIES, ./policies, the checkout's "
+    "policies/, /etc/gpushare/policies)"
+)
+
+
+def add_serve(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the admission webhook over HTTPS (gunicorn)",
+        description=(
+            "Serve /mutate, /validate, /healthz, /readyz and /metrics over TLS. With no "
+            "flags: a local CA and serving certificate in the state directory, the bundled "
+            "policies, https://127.0.0.1:8443. With --host 0.0.0.0 the local certificate "
+            "also names the addresses a local cluster reaches this machine at "
+            "(host.minikube.internal, host.docker.internal, this machine's addresses), and "
+            "the start-up lines say which URL to give kind or minikube. Stop it with Ctrl-C, "
+            "or SIGTERM to let in-flight requests finish."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--host",
+        help="address to listen on; 0.0.0.0 for every address "
+        f"(default {serve_defaults.DEFAULT_HOST})",
+    )
+    parser.add_argument(
+        "--port",
+        type=positive_int,
+        help=f"port to listen on (default {serve_defaults.DEFAULT_PORT})",
+    )
+    parser.add_argument("--policies", type=Path, help=POLICIES_HELP)
+    certs = parser.add_argument_group("certificates (default: generated in the state dir)")
+    certs.add_argument("--tls-cert", type=Path, help="serving certificate (PEM)")
+    certs.add_argument("--tls-key", type=Path, help="serving key (PEM)")
+    certs.add_argument(
+        "--client-ca",
+        type=Path,
+        help="require /mutate and /validate callers to present a client certificate signed "
+        "by this CA (the apiserver presents one when its AdmissionConfiguration names it; "
+        "docs/reliability.md)",
+    )
+    certs.add_argument(
+        "--cert-dir", type=Path, help="directory holding tls.crt and tls.key (a Secret mount)"
+    )
+    certs.add_argument(
+        "--ip",
+        action="append",
+        default=[],
+        help="extra IP address the local certificate names (repeatable)",
+    )
+    certs.add_argument(
+        "--dns",
+        action="append",
+        default=[],
+        help="extra DNS name the local certificate names (repeatable)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        help=f"where local certificates go (default: ${STATE_DIR_VARIABLE} or ./.state)",
+    )
+    _add_tuning_flags(parser)
+    parser.epilog = environment_help(parser)
+    parser.set_defaults(func=run_serve)
+
+
+def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
+    # Tuning flags default to None so that ServeSettings' own defaults apply; ``dest`` is
+    # the ServeSettings field each one sets.
+    tuning = parser.add_argument_group("tuning (defaults: ServeSettings)")
+    tuning.add_argument(
+        "--workers", type=positive_int, help="worker processes (default: CPUs, at most 4)"
+    )
+    tuning.add_argument(
+        "--threads",
+        type=positive_int,
+        help=f"threads per worker (default {serve_defaults.DEFAULT_THREADS})",
+    )
+    tuning.add_argument(
+        "--policy-poll-seconds",
+        type=positive_float,
+        help="seconds between checks of the policy files for changes (default "
+        f"{serve_defaults.DEFAULT_POLICY_POLL_SECONDS})",
+    )
+    tuning.add_argument(
+        "--max-body-bytes",
+        type=positive_int,
+        help="largest request body taken; larger ones get 413 (default "
+        f"{serve_defaults.DEFAULT_MAX_BODY_BYTES})",
+    )
+    tuning.add_argument(
+        "--request-read-timeout",
+        dest="request_read_timeout_seconds",
+        type=positive_float,
+        help="seconds a client gets to send a whole request, TLS handshake included "
+        f"(default {serve_defaults.DEFAULT_REQUEST_READ_TIMEOUT_SECONDS})",
+    )
+    tuning.add_argument(
+        "--max-connections",
+        type=positive_int,
+        help="open connections per worker; at the cap the oldest unfinished one is closed "
+        f"(default {serve_defaults.DEFAULT_MAX_CONNECTIONS})",
+    )
+    tuning.add_argument(
+        "--keepalive",
+        dest="keepalive_seconds",
+        type=positive_int,
+        help="seconds an idle kept-alive connection stays open (default "
+        f"{serve_defaults.DEFAULT_KEEPALIVE_SECONDS})",
+    )
+    tuning.add_argument(
+        "--graceful-timeout",
+        dest="graceful_timeout_seconds",
+        type=positive_int,
+        help="seconds in-flight requests get to finish after SIGTERM (default "
+        f"{serve_defaults.DEFAULT_GRACEFUL_TIMEOUT_SECONDS})",
+    )
+    tuning.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        help=f"least severe level logged (default {_field_default('log_level')})",
+    )
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+# ServeSettings fields set by the flag of the same dest; GPUSHARE_<FIELD> is its default.
+_TUNING_FIELDS = (
+    "client_ca",
+    "host",
+    "port",
+    "workers",
+    "threads",
+    "policy_poll_seconds",
+    "max_body_bytes",
+    "request_read_timeout_seconds",
+    "max_connections",
+    "keepalive_seconds",
+    "graceful_timeout_seconds",
+    "log_level",
+)
+_PATH_FIELDS = ("tls_cert", "tls_key", "policies")
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    try:
+        from_environ = environ_settings((*_TUNING_FIELDS, *_PATH_FIELDS))
+        addresses = tuple(parse_ip_addresses(args.ip))
+    except (SettingsError, CertificateError) as error:
+        print(f"gpushare serve: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    flags = {name: getattr(args, name) for name in (*_TUNING_FIELDS, *_PATH_FIELDS)}
+    # A flag wins over its GPUSHARE_* variable, the variable over ServeSettings' default.
+    chosen = {**from_environ, **{k: v for k, v in flags.items() if v is not None}}
+    if chosen.get("log_level", "info") not in LOG_LEVELS:
+        levels = ", ".join(LOG_LEVELS)
+        print(f"gpushare serve: the log level must be one of {levels}.", file=sys.stderr)
+        return EXIT_USAGE
+    certificates = CertificateSource(
+        _path(chosen.pop("tls_cert", None)),
+        _path(chosen.pop("tls_key", None)),
+        args.cert_dir,
+        args.state_dir,
+        dns_names=tuple(args.dns),
+        ip_addresses=addresses,
+    )
+    policies = _path(chosen.pop("policies", None))
+    try:
+        prepared = prepare(policies, certificates, chosen)
+    except ServeError as error:
+        print(f"gpushare serve: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    print(startup_message(prepared), flush=True)
+    exec_gunicorn(prepared.settings)
+    return 1  # only reached if exec returned, which it does not without raising
+
+
+def _path(value: object) -> Path | None:
+    return None if value is None else Path(str(value))
+
+
+def _field_default(name: str) -> object:
+    field = ServeSettings.__dataclass_fields__[name]
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return None if field.default is dataclasses.MISSING else field.default
+
+
+def environment_help(parser: argparse.ArgumentParser) -> str:
+    """The GPUSHARE_* variables, one per ServeSettings field, with the flag that sets the
+    same setting and its default: generated, so it lists exactly what the server reads."""
+    flags = {action.dest: action.option_strings[0] for action in parser._actions}
+    lines = [
+        "environment:",
+        "  Each setting is also a GPUSHARE_* variable: a flag wins over its variable, the",
+        "  variable over the default. The variables carry the settings to the gunicorn",
+        "  workers; gunicorn started directly (the container image) reads only them.",
+    ]
+    for field in dataclasses.fields(ServeSettings):
+        default = _field_default(field.name)
+        if field.name == "workers":
+            default = "CPUs, at most 4"
+        shown = "" if default is None else f" (default {default})"
+        variable = f"{ENV_PREFIX}{field.name.upper()}"
+        lines.append(f"  {variable:<42} {flags.get(field.name, '')}{shown}")
+    lines.append(f"  {STATE_DIR_VARIABLE:<42} --state-dir (default ./.state)")
+    return "\n".join(lines)
