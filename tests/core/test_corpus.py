@@ -20,6 +20,7 @@ import jsonpatch
 import pytest
 import yaml
 
+from tests.policy_versions import with_policy_versions
 from webhook import cli
 from webhook.constants import (
     APPLIED_ANNOTATION,
@@ -82,12 +83,14 @@ def _load_case(folder: Path) -> Case:
     return Case(
         name=folder.name,
         folder=folder,
-        pod=pod,
+        pod=with_policy_versions(pod, policies_path),
         policies_path=policies_path,
         policies_arg=policies_arg,
         namespace=namespace,
         namespace_arg=namespace_arg,
-        expected=yaml.safe_load(expected_file.read_text(encoding="utf-8"))
+        expected=with_policy_versions(
+            yaml.safe_load(expected_file.read_text(encoding="utf-8")), policies_path
+        )
         if expected_file.exists()
         else None,
         denied=_lines(denied_file) if denied_file.exists() else None,
@@ -353,7 +356,11 @@ def test_cli_subprocess_mutate_exit_code_output_and_stderr(name: str) -> None:
 )
 def test_cli_patch_output_is_the_json_patch_that_yields_expected(name: str) -> None:
     case = _by_name(name)
-    run = run_cli(*_cli_args(case, "-o", "patch"))
+    # The pod as loaded (an already-mutated one carries the version its file leaves out).
+    args = [
+        a if a != str(case.folder / "pod.yaml") else "-" for a in _cli_args(case, "-o", "patch")
+    ]
+    run = run_cli(*args, stdin=yaml.safe_dump(case.pod))
     assert run.returncode == 0, run.stderr
     patch = json.loads(run.stdout)
     assert isinstance(patch, list)

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.policy_versions import with_policy_versions
 from webhook import cli
+from webhook.core import load_policies
 
 from .support import CORPUS_DIR, MPS_DAEMON_EXAMPLE, POLICIES_DIR, make_pod, run_cli
 
@@ -21,6 +23,11 @@ def _explain(capsys: pytest.CaptureFixture[str], case: str, *args: str) -> tuple
     # Each document is explained after its label and where it was read: Kind/ns/name (file:line).
     assert header.startswith("Pod/") and header.endswith(f" ({path}:{_first_line(path)})")
     return code, lines
+
+
+def _version(policy: str) -> str:
+    """The bundled policy's version (a digest of its spec, recorded in each pod it mutates)."""
+    return next(p.version for p in load_policies(POLICIES_DIR).policies if p.name == policy)
 
 
 def _first_line(path: Path) -> int:
@@ -57,8 +64,8 @@ def test_explain_mutated_pod_names_policy_placement_and_each_value(
         "frameworks: container 'notebook' (jupyter/tensorflow-notebook:2023-10-20): pytorch: "
         "per_process_memory_fraction off (frameworks.pytorch.memoryFraction)",
         'recorded in annotation: {"container": "notebook", "fraction": "0.5", "mode": '
-        '"time-slicing", "policy": "default", "pool": "ts-half", "resource": '
-        '"nvidia.com/gpu.shared", "slots": 1}',
+        f'"time-slicing", "policy": "default", "policyVersion": "{_version("default")}", '
+        '"pool": "ts-half", "resource": "nvidia.com/gpu.shared", "slots": 1}',
         "patch: 6 operation(s)",
     ]
 
@@ -140,9 +147,16 @@ def test_explain_lists_every_value_the_policy_injects(capsys: pytest.CaptureFixt
 
 
 def test_explain_already_mutated_pod_says_nothing_changes(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    code, lines = _explain(capsys, "already-mutated-notebook", "--policies", str(POLICIES_DIR))
+    # Mutated by the policy version served now (the file leaves the version out).
+    source = CORPUS_DIR / "already-mutated-notebook" / "pod.yaml"
+    pod = with_policy_versions(yaml.safe_load(source.read_text(encoding="utf-8")), POLICIES_DIR)
+    path = tmp_path / "pod.yaml"
+    path.write_text(yaml.safe_dump(pod), encoding="utf-8")
+    code = cli.main(["explain", "-f", str(path), "--policies", str(POLICIES_DIR)])
+    out, _ = capsys.readouterr()
+    _, *lines = out.splitlines()
     assert code == 0
     assert lines[1] == "decision: mutated"
     assert lines[-1] == "patch: 0 operation(s) (already mutated: nothing to change)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -317,6 +318,7 @@ def test_whole_gpus_get_the_unshared_resource_and_no_sharing_env(mps_example: Po
         "gpus": 1,
         "mode": "whole-gpu",
         "policy": "ml-mps",
+        "policyVersion": mps_example.policies[0].version,
         "resource": "nvidia.com/gpu",
     }
     assert outcome.warnings == ()
@@ -421,11 +423,13 @@ def test_applied_annotation_records_policy_mode_pool_and_effective_fraction(
             "fraction": "0.125",
             "mode": "mps",
             "policy": "ml-mps",
+            "policyVersion": mps_example.policies[0].version,
             "pool": "mps-8",
             "resource": "nvidia.com/gpu.shared",
             "slots": 1,
         }
     )
+    assert len(recorded["policyVersion"]) == 12
 
 
 # -- untouched and denied -------------------------------------------------------------------------
@@ -497,6 +501,53 @@ def test_validate_accepts_our_own_result_and_catches_later_tampering(bundled: Po
         "The GPU-sharing settings injected at admission were changed afterwards (at "
         "/spec/nodeSelector/nvidia.com~1gpu.replicas)"
     )
+
+
+def test_validate_tells_a_policy_change_from_tampering(bundled: PolicySet) -> None:
+    """Mutated under one version of the policy, validated by a replica (or after a reload)
+    serving another: the drift is the policies', so the pod is admitted with a note; under
+    the same version the same drift is tampering and is denied. Found under load: a policy
+    reload between the two webhook calls denied 2-14 creates per reload storm."""
+    pod = make_pod({"gpu-fraction": "0.5"})
+    _, mutated_before = _admit(pod, "research", bundled)
+    (default,) = [p for p in bundled.policies if p.name == "default"]
+    changed = dataclasses.replace(default, version="0123456789ab")
+    reloaded = PolicySet((changed,), bundled.excluded_namespaces, bundled.sources)
+    outcome = validate(mutated_before, "research", reloaded)
+    assert outcome.allowed
+    assert "version 0123456789ab" in outcome.warnings[0] and "not re-checked" in outcome.warnings[0]
+    narrower = dataclasses.replace(default, version="ba9876543210", pools=default.pools[1:])
+    refusing = PolicySet((narrower,), bundled.excluded_namespaces, bundled.sources)
+    assert not mutate(pod, "research", refusing).allowed  # the new version refuses this ask
+    assert validate(mutated_before, "research", refusing).allowed  # but it was admitted
+    _, mutated_now = _admit(pod, "research", reloaded)
+    tampered = copy.deepcopy(mutated_now)
+    del tampered["spec"]["nodeSelector"]["nvidia.com/gpu.replicas"]
+    assert not validate(tampered, "research", reloaded).allowed
+
+
+def test_policy_versions_follow_the_spec() -> None:
+    text = VERSIONED_POLICY
+    first = load_policy_text(text, "a.yaml").policies[0]
+    again = load_policy_text("# a comment\n" + text, "b.yaml").policies[0]
+    changed = load_policy_text(text.replace("replicas: 2", "replicas: 4"), "a.yaml").policies[0]
+    assert first.version == again.version  # comments, file names: same spec, same version
+    assert first.version != changed.version
+    assert len(first.version) == 12
+
+
+VERSIONED_POLICY = """\
+apiVersion: gpushare.io/v1alpha1
+kind: GpuSharingPolicy
+metadata:
+  name: team
+spec:
+  default: true
+  mode: time-slicing
+  pools:
+    - name: half
+      replicas: 2
+"""
 
 
 def test_validate_says_when_the_mutating_webhook_never_ran(bundled: PolicySet) -> None:

@@ -148,6 +148,7 @@ def _plan(draft: PlanDraft, request: GpuRequest) -> Decision:
             return Denied(tuple(placement), policy.name)
         record = _shared(draft, placement)
     apply_injections(draft)
+    record["policyVersion"] = policy.version
     draft.edits.set(
         ("metadata", "annotations", APPLIED_ANNOTATION),
         orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode(),

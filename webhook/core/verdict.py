@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from webhook.constants import APPLIED_ANNOTATION, FRACTION_ANNOTATION, MIRROR_POD_ANNOTATION
 from webhook.core.patch import JsonPatch, build_patch
 from webhook.core.planning import (
@@ -89,6 +91,10 @@ def _validate_planned(
     """An annotated pod: planning it again must change nothing."""
     decision = plan_pod(pod, namespace, policies)
     if isinstance(decision, Denied):
+        versions = {policy.name: policy.version for policy in policies.policies}
+        skew = _version_skew(annotations, decision.policy, versions.get(decision.policy or ""))
+        if skew:
+            return Verdict(True, warnings=(skew,), policy=decision.policy, decision=decision)
         return _denied(decision)
     if isinstance(decision, Untouched):
         return Verdict(True, decision=decision)
@@ -105,6 +111,11 @@ def _validate_planned(
             policy=decision.policy.name,
             decision=decision,
         )
+    skew = _version_skew(annotations, decision.policy.name, decision.policy.version)
+    if drift and skew:
+        # Mutated by a replica (or before a reload) serving another version of the policies:
+        # what this replica would inject differs for that reason, not because of tampering.
+        return Verdict(True, warnings=(skew,), policy=decision.policy.name, decision=decision)
     if drift:
         paths = ", ".join(op["path"] for op in drift[:5])
         return Verdict(
@@ -119,6 +130,27 @@ def _validate_planned(
             decision=decision,
         )
     return Verdict(True, policy=decision.policy.name, decision=decision)
+
+
+def _version_skew(
+    annotations: Mapping[str, Any], name: str | None, version: str | None
+) -> str | None:
+    """A note when the pod was mutated under another policy or policy version than the one
+    (``name``, ``version``) deciding now; None when the same, or never mutated."""
+    try:
+        record = orjson.loads(annotations.get(APPLIED_ANNOTATION) or "{}")
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    applied = (record.get("policy"), record.get("policyVersion"))
+    if not record or applied == (name, version):
+        return None
+    return (
+        f"mutated under policy {applied[0]!r} version {applied[1]}, while this webhook now "
+        f"serves {name!r} version {version}: not re-checked (the policies changed between "
+        "mutation and validation)"
+    )
 
 
 def _validate_direct_requests(pod: Mapping[str, Any], policy: Policy) -> Verdict:

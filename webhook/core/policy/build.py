@@ -7,6 +7,8 @@ builds as absent, and ``rules`` says what is wrong with it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -125,11 +127,18 @@ _INJECT_FIELDS: _Fields = (
 )
 
 
+def spec_version(spec: Mapping[str, Any]) -> str:
+    """12 hex digits of the spec's canonical JSON: equal specs, equal versions."""
+    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
 def build_policy(name: str, source: str, spec: Mapping[str, Any]) -> Policy:
     """The policy a schema-valid spec describes, valid or not (``rules`` tells)."""
     return Policy(
         name=name,
         source=source,
+        version=spec_version(spec),
         mode=Mode(spec["mode"]),
         pools=_pools(spec),
         match=Match(**_present(spec.get("match", {}), _MATCH_FIELDS)),

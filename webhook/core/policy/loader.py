@@ -253,7 +253,7 @@ def _validate(
         if error.validator == "additionalProperties" and isinstance(error.instance, dict):
             # Point at each unexpected key, not at the mapping that holds it.
             known = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
-            for key in sorted(k for k in error.instance if k not in known):
+            for key in sorted((k for k in error.instance if k not in known), key=str):
                 where = [*path, key]
                 message = _unknown_field(key, known)
                 problems.add(source, _join(prefix, where), message, _line_of(node, where))

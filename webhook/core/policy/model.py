@@ -226,6 +226,9 @@ class Policy:
     mps_daemon: MpsDaemonSettings = field(default_factory=MpsDaemonSettings)
     inject: Injections = field(default_factory=Injections)
     direct_requests: DirectRequests = DirectRequests.DENY
+    # A digest of the spec this policy was built from, recorded in each pod it mutates, so
+    # a replica still serving another version can tell version skew from tampering.
+    version: str = ""
 
 
 @dataclass(frozen=True)
