@@ -77,6 +77,7 @@ def _add_daemon_setup_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policies",
         type=Path,
+        metavar="PATH",
         default=_env_path("GPUSHARE_POLICIES"),
         required=_env_path("GPUSHARE_POLICIES") is None,
         help="policy file or directory, the same the webhook loads (env GPUSHARE_POLICIES)",
@@ -301,6 +302,7 @@ def _add_device_plugin_config(
     parser.add_argument(
         "--policies",
         type=Path,
+        metavar="PATH",
         help="policy file or directory (default: $GPUSHARE_POLICIES, ./policies, the "
         "checkout's policies/, /etc/gpushare/policies)",
     )

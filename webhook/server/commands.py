@@ -126,6 +126,7 @@ def _add_webhook_config(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--policies",
         type=Path,
+        metavar="PATH",
         help="the policies the webhook serves: their shared resources and excluded namespaces "
         "go into the configurations; " + POLICIES_HELP,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -54,14 +55,15 @@ def add_serve(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "serve",
         help="run the admission webhook over HTTPS (gunicorn)",
-        description=(
+        description=textwrap.fill(
             "Serve /mutate, /validate, /healthz, /readyz and /metrics over TLS. With no "
             "flags: a local CA and serving certificate in the state directory, the bundled "
             "policies, https://127.0.0.1:8443. With --host 0.0.0.0 the local certificate "
             "also names the addresses a local cluster reaches this machine at "
             "(host.minikube.internal, host.docker.internal, this machine's addresses), and "
             "the start-up lines say which URL to give kind or minikube. Stop it with Ctrl-C, "
-            "or SIGTERM to let in-flight requests finish."
+            "or SIGTERM to let in-flight requests finish.",
+            width=88,
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -75,10 +77,10 @@ def add_serve(subparsers: Subparsers) -> None:
         type=positive_int,
         help=f"port to listen on (default {serve_defaults.DEFAULT_PORT})",
     )
-    parser.add_argument("--policies", type=Path, help=POLICIES_HELP)
+    parser.add_argument("--policies", type=Path, metavar="PATH", help=POLICIES_HELP)
     certs = parser.add_argument_group("certificates (default: generated in the state dir)")
-    certs.add_argument("--tls-cert", type=Path, help="serving certificate (PEM)")
-    certs.add_argument("--tls-key", type=Path, help="serving key (PEM)")
+    certs.add_argument("--tls-cert", type=Path, metavar="FILE", help="serving certificate (PEM)")
+    certs.add_argument("--tls-key", type=Path, metavar="FILE", help="serving key (PEM)")
     certs.add_argument(
         "--client-ca",
         type=Path,
