@@ -479,7 +479,8 @@ def main(argv: list[str] | None = None) -> int:
             settings = ServeSettings(
                 tls_cert=files.serving_cert,
                 tls_key=files.serving_key,
-                policies=REPO / "policies",
+                # Each checkout its own policies: an older service may not read newer fields.
+                policies=checkout / "policies",
                 port=free_port(),
                 **tuning,
             )
@@ -492,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         script.write_text(wrk_script(payloads, "/mutate"))
         reference = ServeSettings(files.serving_cert, files.serving_key, REPO / "policies")
         print(
-            f"gunicorn gthread workers={tuning.get('workers', reference.workers)} "
+            f"gunicorn_conf workers={tuning.get('workers', reference.workers)} "
             f"threads={tuning.get('threads', reference.threads)}, TLS, keep-alive; "
             f"wrk 1 thread; {args.rounds} rounds x {args.duration:g}s per cell; "
             f"bodies {[len(p) for p in payloads]} bytes; {os.cpu_count()} CPUs"

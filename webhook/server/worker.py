@@ -38,7 +38,7 @@ from gunicorn import http
 from gunicorn import sock as gunicorn_sock
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
-from webhook.server.request_framing import frame, without_expect_continue
+from webhook.server.request_framing import Framing, frame, without_expect_continue
 from webhook.server.settings import ServeSettings
 
 RECV_BYTES = 256 * 1024
@@ -139,6 +139,7 @@ class ReadAheadWorker(ThreadWorker):  # type: ignore[misc]
         reading = self.reading.get(conn)
         if reading is None:
             return
+        framing: Framing | None = None
         try:
             if not reading.handshaken:
                 conn.sock.do_handshake()
@@ -149,17 +150,28 @@ class ReadAheadWorker(ThreadWorker):  # type: ignore[misc]
                     self._forget(conn)
                     return
                 reading.buffer += data
+                # Usually one recv brings the whole request: stop there rather than pay
+                # for another recv that only says "nothing more" (bytes TLS already
+                # decrypted are taken too, or the poller would never report them).
+                framing = frame(reading.buffer, self.max_body_bytes)
+                if framing.complete:
+                    pending = getattr(conn.sock, "pending", lambda: 0)()
+                    if pending:
+                        reading.buffer += conn.sock.recv(pending)
+                        framing = None  # more than the request: frame it again
+                    break
         except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
             pass
         except (OSError, ValueError) as error:
             self.log.debug("connection dropped while reading: %s", error)
             self._forget(conn)
             return
-        self._advance(conn, reading)
+        self._advance(conn, reading, framing)
 
-    def _advance(self, conn: TConn, reading: _Reading) -> None:
+    def _advance(self, conn: TConn, reading: _Reading, framing: Framing | None = None) -> None:
         """Hand the connection to a thread if its request is whole; else keep reading."""
-        framing = frame(reading.buffer, self.max_body_bytes)
+        if framing is None:
+            framing = frame(reading.buffer, self.max_body_bytes)
         if framing.expects_continue and not reading.continue_sent:
             try:
                 conn.sock.send(_CONTINUE)
