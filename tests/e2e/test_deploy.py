@@ -285,16 +285,21 @@ def test_stored_service_secret_policies_and_webhooks_fit_together(
         admission.read_mutating_webhook_configuration("gpushare"),
         admission.read_validating_webhook_configuration("gpushare"),
     ):
-        (webhook,) = as_json(api, configuration)["webhooks"]
-        assert webhook["clientConfig"]["caBundle"] == ca_bundle
-        assert webhook["clientConfig"]["service"] == {
-            "name": "gpushare",
-            "namespace": SYSTEM_NAMESPACE,
-            "path": f"/{webhook['name'].split('.')[0]}",
-            "port": 443,
-        }
-        assert webhook["failurePolicy"] == "Fail"
-        assert webhook["matchConditions"]
+        webhooks = {w["name"]: w for w in as_json(api, configuration)["webhooks"]}
+        for name, webhook in webhooks.items():
+            assert webhook["clientConfig"]["caBundle"] == ca_bundle, name
+            # Pods go to /mutate and /validate; workload templates are checked at /validate.
+            path = "/mutate" if name.startswith("mutate.") else "/validate"
+            assert webhook["clientConfig"]["service"] == {
+                "name": "gpushare",
+                "namespace": SYSTEM_NAMESPACE,
+                "path": path,
+                "port": 443,
+            }, name
+            assert webhook["matchConditions"], name
+        pods = webhooks.get("mutate.gpushare.io") or webhooks["validate.gpushare.io"]
+        assert pods["failurePolicy"] == "Fail"
+    assert set(webhooks) >= {"validate.gpushare.io", "workloads.gpushare.io"}
 
 
 def test_the_url_and_service_configurations_differ_only_in_where_they_call(
