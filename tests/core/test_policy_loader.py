@@ -334,8 +334,8 @@ def test_headroom_as_large_as_min_fraction_is_refused() -> None:
     text = _policy(VALID_SPEC + "fraction: {min: 0.05}\nheadroom: '5%'\n")
     [problem] = _problems(text)
     assert problem == (
-        "team.yaml: spec.headroom: headroom '5%' is as large as the smallest allowed fraction "
-        "(0.05); lower the headroom or raise fraction.min (line 12)"
+        "team.yaml: spec.headroom: headroom '5%' leaves less than 0.001 of a GPU of the "
+        "smallest allowed fraction (0.05); lower the headroom or raise fraction.min (line 12)"
     )
 
 

@@ -248,19 +248,20 @@ def test_hand_picked_cases(spec: dict[str, Any], annotations: dict[str, str], ou
     assert compare(_pod(annotations), "research", texts, load(texts)) == outcome
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the loader accepts a percentage headroom just below fraction.min (the rule "
-    "only asks headroom < min), but planning floors share - headroom to 1/1000 and refuses "
-    "'leaves no memory' when the rest is below 0.001, so a pod (of a JAX image, whose "
-    "fraction knob gpushare sets) asking for exactly the policy's minimum is refused",
-)
 @pytest.mark.parametrize(
-    ("low", "headroom", "fraction"), [(0.05, "4.95%", "0.05"), (0.01, "0.99%", "0.01")]
+    ("low", "headroom", "fraction", "outcome"),
+    [
+        (0.05, "4.95%", "0.05", "refused"),  # 0.0005 left: less than the finest share
+        (0.01, "0.99%", "0.01", "refused"),
+        (0.05, "4.9%", "0.05", "planned"),  # 0.001 left: the finest share there is
+    ],
 )
-def test_a_headroom_just_below_the_minimum_still_serves_the_minimum(
-    low: float, headroom: str, fraction: str
+def test_a_headroom_must_leave_the_minimum_something(
+    low: float, headroom: str, fraction: str, outcome: str
 ) -> None:
+    """Found by the oracle: a headroom just below fraction.min loaded, and then a pod asking
+    for exactly the minimum was refused ("leaves no memory"), since framework shares are
+    thousandths. The loader now refuses such a headroom; one that leaves 0.001 serves."""
     texts = [
         _policy(
             mode="time-slicing",
@@ -269,6 +270,10 @@ def test_a_headroom_just_below_the_minimum_still_serves_the_minimum(
             headroom=headroom,
         )
     ]
+    if outcome == "refused":
+        with pytest.raises(PolicyError, match=r"leaves less than 0\.001 of a GPU"):
+            load_policy_texts([("policies-0.yaml", texts[0])])
+        return
     pod = _pod({"gpu-fraction": fraction})
     pod["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/jax:24.04-py3"
     assert compare(pod, "research", texts, load(texts)) == "planned"

@@ -119,13 +119,19 @@ def _min_fraction_not_above_max(policy: Policy, spec: _Spec) -> list[Finding]:
     return [Finding(f"min {low} is above max {high}; min must not exceed max", ("fraction",))]
 
 
+# Framework knobs get shares in thousandths (frameworks.py floors share - headroom to them),
+# so the smallest share must keep at least this much once the headroom is taken off.
+_FINEST_SHARE = 0.001
+
+
 def _headroom_below_min_fraction(policy: Policy, spec: _Spec) -> list[Finding]:
     headroom = policy.headroom.fraction
-    if headroom < policy.min_fraction or headroom <= 0:
+    if headroom <= 0 or policy.min_fraction - headroom >= _FINEST_SHARE - 1e-9:
         return []
     message = (
-        f"headroom {spec['headroom']!r} is as large as the smallest allowed fraction "
-        f"({policy.min_fraction}); lower the headroom or raise fraction.min"
+        f"headroom {spec['headroom']!r} leaves less than {_FINEST_SHARE} of a GPU of the "
+        f"smallest allowed fraction ({policy.min_fraction}); lower the headroom or raise "
+        "fraction.min"
     )
     return [Finding(message, ("headroom",))]
 
