@@ -101,8 +101,36 @@ class WebhookServer:
         """`gpushare certs`, then `gpushare serve`; returns once /readyz answers 200."""
         workdir.mkdir(parents=True, exist_ok=True)
         cert_dir = write_certificates(workdir / "certs")
-        (port,) = free_ports(1)
-        log_path = workdir / "gpushare-serve.log"
+        server = cls.launch(
+            workdir,
+            policies,
+            cert_dir,
+            workers=workers,
+            threads=threads,
+            extra_args=extra_args,
+        )
+        server.wait_ready_or_stop(timeout)
+        return server
+
+    @classmethod
+    def launch(
+        cls,
+        workdir: Path,
+        policies: Path,
+        cert_dir: Path,
+        *,
+        port: int | None = None,
+        name: str = "gpushare-serve",
+        workers: int | None = 2,
+        threads: int | None = 4,
+        extra_args: Sequence[str] = (),
+    ) -> WebhookServer:
+        """`gpushare serve` of `cert_dir` as it is (files or a Secret-style mount) on `port`
+        (a free one by default), without waiting for it: see `wait_ready_or_stop`."""
+        workdir.mkdir(parents=True, exist_ok=True)
+        if port is None:
+            (port,) = free_ports(1)
+        log_path = workdir / f"{name}.log"
         command = [
             *GPUSHARE,
             "serve",
@@ -115,20 +143,21 @@ class WebhookServer:
             "--policies",
             str(policies),
             "--state-dir",
-            str(workdir / "state"),
+            str(workdir / f"{name}-state"),
             # None: what `gpushare serve` chooses by itself.
             *(["--workers", str(workers)] if workers is not None else []),
             *(["--threads", str(threads)] if threads is not None else []),
             *extra_args,
         ]
-        process = start_logged_process(command, log_path)
-        server = cls(process, port, cert_dir, policies, log_path)
+        return cls(start_logged_process(command, log_path), port, cert_dir, policies, log_path)
+
+    def wait_ready_or_stop(self, timeout: float = SERVER_START_TIMEOUT_S) -> None:
+        """`wait_ready`, stopping the server if it never gets ready."""
         try:
-            server.wait_ready(timeout)
+            self.wait_ready(timeout)
         except BaseException:
-            server.stop()
+            self.stop()
             raise
-        return server
 
     def check_alive(self) -> None:
         code = self.process.poll()

@@ -42,11 +42,10 @@ from kubernetes.client.exceptions import ApiException
 from pods import annotated_pod, plain_pod
 
 from harness.api import create_pod, status_message
-from harness.cli import GPUSHARE
 from harness.controlplane import ControlPlane
-from harness.processes import LOOPBACK, free_ports, wait_for
+from harness.processes import LOOPBACK, wait_for
 from harness.registration import SHARED_RESOURCE
-from harness.webhookserver import SERVER_START_TIMEOUT_S, WebhookServer, start_logged_process
+from harness.webhookserver import WebhookServer
 from webhook.constants import APPLIED_ANNOTATION, FRACTION_ANNOTATION
 from webhook.install.certs import (
     CertificateFiles,
@@ -573,7 +572,7 @@ def start_server(
     extra_args: Sequence[str] = (),
     wait: bool = True,
 ) -> WebhookServer:
-    """`gpushare serve` (2 gthread workers of 4 threads, as the session server) on `port`.
+    """`gpushare serve` (2 workers of 4 threads, as the session server) on `port`.
 
     Unlike WebhookServer.start it serves `cert_dir` as it is (a directory of regular files or
     a Secret-style mount), so several servers share one certificate and a restarted one can
@@ -581,44 +580,17 @@ def start_server(
     call `wait_ready`). Call from the test's main thread: the server dies with the thread
     that started it.
     """
-    workdir.mkdir(parents=True, exist_ok=True)
-    if port is None:
-        (port,) = free_ports(1)
-    log_path = workdir / f"{name}.log"
-    command = [
-        *GPUSHARE,
-        "serve",
-        "--host",
-        LOOPBACK,
-        "--port",
-        str(port),
-        "--cert-dir",
-        str(cert_dir),
-        "--policies",
-        str(policies),
-        "--state-dir",
-        str(workdir / f"{name}-state"),
-        "--workers",
-        "2",
-        "--threads",
-        "4",
-        *extra_args,
-    ]
-    server = WebhookServer(
-        start_logged_process(command, log_path), port, cert_dir, policies, log_path
+    server = WebhookServer.launch(
+        workdir, policies, cert_dir, port=port, name=name, extra_args=extra_args
     )
     if wait:
-        wait_ready(server)
+        server.wait_ready_or_stop()
     return server
 
 
 def wait_ready(server: WebhookServer) -> None:
     """Wait for a server from `start_server(..., wait=False)`; stop it if it never is."""
-    try:
-        server.wait_ready(SERVER_START_TIMEOUT_S)
-    except BaseException:
-        server.stop()
-        raise
+    server.wait_ready_or_stop()
 
 
 def with_bundle(documents: Sequence[Mapping[str, Any]], bundle: bytes) -> list[dict[str, Any]]:
