@@ -9,6 +9,7 @@ from typing import Any
 
 import jsonpatch
 import pytest
+import yaml
 
 from webhook.constants import (
     APPLIED_ANNOTATION,
@@ -527,27 +528,13 @@ def test_validate_tells_a_policy_change_from_tampering(bundled: PolicySet) -> No
 
 
 def test_policy_versions_follow_the_spec() -> None:
-    text = VERSIONED_POLICY
+    text = yaml.safe_dump(simple_policy("team"), sort_keys=False)
     first = load_policy_text(text, "a.yaml").policies[0]
     again = load_policy_text("# a comment\n" + text, "b.yaml").policies[0]
-    changed = load_policy_text(text.replace("replicas: 2", "replicas: 4"), "a.yaml").policies[0]
+    changed = load_policy_text(text.replace("replicas: 4", "replicas: 8"), "a.yaml").policies[0]
     assert first.version == again.version  # comments, file names: same spec, same version
     assert first.version != changed.version
     assert len(first.version) == 12
-
-
-VERSIONED_POLICY = """\
-apiVersion: gpushare.io/v1alpha1
-kind: GpuSharingPolicy
-metadata:
-  name: team
-spec:
-  default: true
-  mode: time-slicing
-  pools:
-    - name: half
-      replicas: 2
-"""
 
 
 def test_validate_says_when_the_mutating_webhook_never_ran(bundled: PolicySet) -> None:
