@@ -1,11 +1,13 @@
-"""The GPU resource of the container that gets the GPU: requests equal limits (extended
-resources allow nothing else), and no other GPU ask beside the annotation's, in that
-container or any other (init containers, sidecars, ephemeral containers).
+"""The GPU resources of the container that gets the GPU: the extended resources its
+sharing mode chose (one, or several such as vcuda-core + vcuda-memory), requests equal to
+limits (extended resources allow nothing else), and no other GPU ask beside the
+annotation's, in that container or any other (init containers, sidecars, ephemeral
+containers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from webhook.constants import CONTAINER_ANNOTATION, FRACTION_ANNOTATION, KNOWN_GPU_RESOURCES
@@ -56,7 +58,7 @@ def refuse_other_gpu_asks(draft: PlanDraft, annotation: str) -> None:
         for index, entry in enumerate(entries if isinstance(entries, list) else ()):
             container = as_mapping(entry)
             if field == "containers" and index == own_index:
-                continue  # the GPU container: set_gpu_resource checks its own asks
+                continue  # the GPU container: set_container_resources checks it
             for section, key, value in _gpu_asks(container, draft.policies):
                 asked = f"{key}: {value} in resources.{section}"
                 draft.problems.append(_refusal(draft, annotation, field, kind, container, asked))
@@ -92,27 +94,30 @@ def _refusal(
     )
 
 
-def set_gpu_resource(draft: PlanDraft, name: str, count: int) -> None:
-    """``count`` of resource ``name`` in limits and requests; a problem per other GPU ask."""
-    resources = as_mapping(draft.container.get("resources"))
-    limits = as_mapping(resources.get("limits"))
+def set_container_resources(draft: PlanDraft, resources: Iterable[tuple[str, int]]) -> None:
+    """Each (name, count) in limits and requests alike; a problem per other GPU ask."""
+    wanted = {name: str(count) for name, count in resources}
+    container = as_mapping(draft.container.get("resources"))
+    limits = as_mapping(container.get("limits"))
     for section in ("limits", "requests"):
-        for key, value in as_mapping(resources.get(section)).items():
+        for key, value in as_mapping(container.get(section)).items():
             if not is_gpu_resource(key, draft.policies):
                 continue
             # The apiserver copies limits into missing requests before admission: one
             # ask, one message, as for the manifest the user wrote.
             repeated = section == "requests" and str(limits.get(key)) == str(value)
-            if (key != name or str(value) != str(count)) and not repeated:
+            if wanted.get(key) != str(value) and not repeated:
                 draft.problems.append(
                     f"container {draft.container_name!r} already asks for {key}: {value} in "
                     f"resources.{section}; remove it and let the {FRACTION_ANNOTATION} "
                     "annotation decide, or remove the annotation."
                 )
     for section in ("limits", "requests"):
-        draft.edits.set((*draft.container_path, "resources", section, name), str(count))
+        for name, count in wanted.items():
+            draft.edits.set((*draft.container_path, "resources", section, name), count)
     if draft.explaining:
-        draft.explanation.append(
-            f"resources: {name}: {count} in limits and requests of container "
-            f"{draft.container_name!r}"
-        )
+        for name, count in wanted.items():
+            draft.explanation.append(
+                f"resources: {name}: {count} in limits and requests of container "
+                f"{draft.container_name!r}"
+            )

@@ -27,6 +27,7 @@ class PlanDraft:
     edits, warnings, problems and explanation lines gathered for them."""
 
     __slots__ = (
+        "annotations",
         "container",
         "container_name",
         "container_path",
@@ -48,8 +49,11 @@ class PlanDraft:
         policies: PolicySet,
         policy: Policy,
         explain: bool,
+        annotations: Mapping[str, Any] = _EMPTY,
     ) -> None:
         self.policies = policies
+        # The pod's annotations as admitted (modes may set some of their own).
+        self.annotations = annotations
         self.policy = policy
         self.spec = spec
         self.container = as_mapping(spec["containers"][index])

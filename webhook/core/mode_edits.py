@@ -1,6 +1,7 @@
 """What the chosen pool and sharing mode need from the pod beyond resources and env: node
 labels to select, the GPU memory a node must have (node affinity), the mode's volumes and
-mounts (the MPS pipe directory), hostIPC.
+mounts (the MPS pipe directory), hostIPC, the scheduler, pod annotations the scheme reads,
+and pod-level resource claims (Dynamic Resource Allocation).
 
 Values the pod already holds are checked, not overwritten: a conflicting nodeSelector,
 volume or mount path is a problem the user must resolve.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from typing import Any
 
 from webhook.constants import GFD_MEMORY_LABEL
 from webhook.core.draft import PlanDraft, as_mapping
@@ -100,8 +102,71 @@ def add_volumes(draft: PlanDraft, changes: ModeChanges) -> None:
             draft.explanation.append(f"volumeMount {mount['name']} at {mount['mountPath']}")
 
 
-def share_host_ipc(draft: PlanDraft) -> None:
+def share_host_ipc(draft: PlanDraft, why: str = "policy mpsDaemon.hostIPC") -> None:
     if draft.spec.get("hostIPC") is not True:
         draft.edits.set(("spec", "hostIPC"), True)
         if draft.explaining:
-            draft.explanation.append("hostIPC: true (policy mpsDaemon.hostIPC)")
+            draft.explanation.append(f"hostIPC: true ({why})")
+
+
+# The name the apiserver defaults an unset schedulerName to (core/v1 defaults).
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+def set_scheduler_name(draft: PlanDraft, name: str | None) -> None:
+    """The scheduler the mode needs; a pod naming another scheduler is a problem."""
+    if name is None:
+        return
+    current = draft.spec.get("schedulerName")
+    if current not in (None, DEFAULT_SCHEDULER, name):
+        draft.problems.append(
+            f"schedulerName {current!r} conflicts with {name!r}, which mode "
+            f"{draft.policy.mode.value} of policy {draft.policy.name!r} needs: remove it "
+            "from the pod."
+        )
+    draft.edits.set(("spec", "schedulerName"), name)
+    if draft.explaining:
+        draft.explanation.append(f"schedulerName: {name}")
+
+
+def set_annotations(draft: PlanDraft, wanted: Mapping[str, str]) -> None:
+    """Pod annotations the scheme reads; a different value the pod holds is a problem."""
+    if not wanted:
+        return
+    current = draft.annotations
+    for key, value in wanted.items():
+        if key in current and current[key] != value:
+            draft.problems.append(
+                f"annotation {key}={current[key]} conflicts with {key}={value} that mode "
+                f"{draft.policy.mode.value} of policy {draft.policy.name!r} sets: remove it "
+                "from the pod."
+            )
+        draft.edits.set(("metadata", "annotations", key), value)
+        if draft.explaining:
+            draft.explanation.append(f"annotation: {key}={value}")
+
+
+def add_resource_claims(draft: PlanDraft, claims: tuple[Mapping[str, Any], ...]) -> None:
+    """Pod ``resourceClaims`` entries, and a ``resources.claims`` reference to each in the
+    GPU container (a claim a container does not reference is not given to it)."""
+    if not claims:
+        return
+    existing = {str(as_mapping(c).get("name")): c for c in draft.spec.get("resourceClaims") or ()}
+    used = {
+        str(as_mapping(c).get("name"))
+        for c in as_mapping(draft.container.get("resources")).get("claims") or ()
+    }
+    for claim in claims:
+        name = str(claim["name"])
+        held = existing.get(name)
+        if held is None:
+            draft.edits.append(("spec", "resourceClaims"), copy.deepcopy(dict(claim)))
+        elif held != claim:
+            draft.problems.append(
+                f"the pod already has a resource claim named {name!r} that differs from the "
+                f"one policy {draft.policy.name!r} gives: rename it."
+            )
+        if name not in used:
+            draft.edits.append((*draft.container_path, "resources", "claims"), {"name": name})
+        if draft.explaining:
+            draft.explanation.append(f"resourceClaim {name}: {dict(claim)}")

@@ -49,6 +49,9 @@ class Placement:
     fraction: float  # the share of one GPU the pod asked for (from gpu-memory where given)
     # The GPU memory (MiB) a node must have, by GFD's label, where the pool declares none.
     node_gpu_memory_mib: int | None = None
+    # The gpu-memory ask as read (MiB, not rounded), for modes that hand out memory units
+    # themselves; None for a gpu-fraction ask.
+    asked_memory_mib: float | None = None
 
     @property
     def reason(self) -> str:

@@ -18,12 +18,20 @@ from webhook.core.placement import Placement
 from webhook.core.policy.model import Policy
 from webhook.core.request import GpuRequest
 
-# id(policy), pool name, slots, fraction: everything a mode or the framework knobs read.
-PlacementKey: TypeAlias = tuple[int, str, int, float]
+# id(policy), pool name, slots, fraction, node GPU memory, memory asked: everything a mode
+# or the framework knobs read.
+PlacementKey: TypeAlias = tuple[int, str, int, float, int | None, float | None]
 
 
 def placement_key(policy: Policy, placement: Placement) -> PlacementKey:
-    return (id(policy), placement.pool.name, placement.slots, placement.fraction)
+    return (
+        id(policy),
+        placement.pool.name,
+        placement.slots,
+        placement.fraction,
+        placement.node_gpu_memory_mib,
+        placement.asked_memory_mib,
+    )
 
 
 def _is_placement(value: Placement | list[str]) -> bool:

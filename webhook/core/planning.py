@@ -25,15 +25,23 @@ from webhook.constants import (
     MIRROR_POD_ANNOTATION,
 )
 from webhook.core.container_env import apply_env, explain_frameworks
-from webhook.core.container_resources import refuse_other_gpu_asks, set_gpu_resource
+from webhook.core.container_resources import refuse_other_gpu_asks, set_container_resources
 from webhook.core.draft import PlanDraft, as_mapping
 from webhook.core.edits import PodEdits
 from webhook.core.frameworks import framework_env, image_framework_env
 from webhook.core.inference_servers import size_inference_server
 from webhook.core.injections import apply_injections
-from webhook.core.mode_edits import add_volumes, require_gpu_memory, select_nodes, share_host_ipc
-from webhook.core.modes import mode_changes
-from webhook.core.placement import Placement, format_fraction, place
+from webhook.core.mode_edits import (
+    add_resource_claims,
+    add_volumes,
+    require_gpu_memory,
+    select_nodes,
+    set_annotations,
+    set_scheduler_name,
+    share_host_ipc,
+)
+from webhook.core.modes import mode_changes, place_request, whole_gpu_resources
+from webhook.core.placement import Placement, format_fraction
 from webhook.core.plan_memos import placement_key
 from webhook.core.policy.model import Policy, PolicySet
 from webhook.core.policy.selection import select_policy
@@ -99,7 +107,7 @@ def plan_pod(
     index = _container_index(spec, request)
     if isinstance(index, str):
         return Denied((index,), policy.name, UNPROCESSABLE)
-    draft = PlanDraft(spec, index, policies, policy, explain)
+    draft = PlanDraft(spec, index, policies, policy, explain, annotations)
     if explain:
         draft.explanation.append(f"policy: {selection.reason}")
         draft.explanation += [f"  not chosen: {line}" for line in selection.others]
@@ -142,7 +150,7 @@ def _plan(draft: PlanDraft, request: GpuRequest) -> Decision:
         record = _whole_gpus(draft, request)
     else:
         placement = draft.policies.plan_memos.placements.get_or_compute(
-            (id(policy), request), place, policy, request
+            (id(policy), request), place_request, policy, request
         )
         if isinstance(placement, list):
             return Denied(tuple(placement), policy.name)
@@ -170,27 +178,34 @@ def _whole_gpus(draft: PlanDraft, request: GpuRequest) -> dict[str, Any]:
             f"GPUs, but policy {policy.name!r} allows {limit}: ask for fewer, or for "
             "a share below 1."
         )
-    set_gpu_resource(draft, whole.resource_name, count)
+    resources = whole_gpu_resources(policy, count)
+    set_container_resources(draft, resources)
     if draft.explaining:
-        draft.explanation.append(f"request: {count} whole GPU(s) as {whole.resource_name}")
+        asked = " + ".join(name for name, _ in resources)
+        draft.explanation.append(f"request: {count} whole GPU(s) as {asked}")
     select_nodes(draft, whole.node_selector)
-    return {
+    record: dict[str, Any] = {
         "container": draft.container_name,
         "gpus": count,
         "mode": "whole-gpu",
         "policy": policy.name,
-        "resource": whole.resource_name,
+        "resource": resources[0][0],
     }
+    if len(resources) > 1:
+        record["resources"] = dict(resources)
+    return record
 
 
 def _shared(draft: PlanDraft, placement: Placement) -> dict[str, Any]:
     policy = draft.policy
     if draft.explaining:
         draft.explanation.append(f"placement: {placement.reason}")
-    set_gpu_resource(draft, policy.resource_name, placement.slots)
     memos = draft.policies.plan_memos
     key = placement_key(policy, placement)
     changes = memos.mode_changes.get_or_compute(key, mode_changes, policy, placement)
+    set_container_resources(draft, changes.resources)
+    if draft.explaining:
+        draft.explanation += changes.explanation
     image = str(draft.container.get("image", ""))
     fixed = memos.framework_envs.get_or_compute(
         (key, image), image_framework_env, policy, placement, image
@@ -199,6 +214,8 @@ def _shared(draft: PlanDraft, placement: Placement) -> dict[str, Any]:
     draft.problems += frameworks.problems
     draft.warnings += [*changes.warnings, *frameworks.warnings]
     select_nodes(draft, changes.node_selector)
+    set_scheduler_name(draft, changes.scheduler_name)
+    set_annotations(draft, changes.annotations)
     if placement.node_gpu_memory_mib is not None:
         require_gpu_memory(draft, placement.node_gpu_memory_mib)
     apply_env(draft, [*changes.env, *frameworks.env])
@@ -206,6 +223,7 @@ def _shared(draft: PlanDraft, placement: Placement) -> dict[str, Any]:
         explain_frameworks(draft, frameworks.notes)
     size_inference_server(draft, placement)
     add_volumes(draft, changes)
+    add_resource_claims(draft, changes.resource_claims)
     if changes.host_ipc:
         share_host_ipc(draft)
     record: dict[str, Any] = {
@@ -213,9 +231,7 @@ def _shared(draft: PlanDraft, placement: Placement) -> dict[str, Any]:
         "fraction": format_fraction(placement.fraction),
         "mode": policy.mode.value,
         "policy": policy.name,
-        "pool": placement.pool.name,
-        "resource": policy.resource_name,
-        "slots": placement.slots,
+        **changes.record,
     }
     if placement.node_gpu_memory_mib is not None:
         record["nodeGpuMemory"] = f"{placement.node_gpu_memory_mib}Mi"

@@ -3,12 +3,19 @@
 This is the package's face: the rest of the core imports only the names below.
 """
 
-from webhook.core.modes.base import EnvSetting, ModeChanges, SharingMode
+from webhook.core.modes.base import (
+    ContainerResource,
+    EnvSetting,
+    ModeChanges,
+    ModeProfile,
+    SharingMode,
+)
 from webhook.core.modes.mps import DevicePluginMps
 from webhook.core.modes.mps_daemon import GpushareMpsDaemon
 from webhook.core.modes.time_slicing import TimeSlicing
 from webhook.core.placement import Placement
 from webhook.core.policy.model import Mode, Policy
+from webhook.core.request import GpuRequest
 
 MODES: dict[Mode, SharingMode] = {
     Mode.TIME_SLICING: TimeSlicing(),
@@ -17,9 +24,35 @@ MODES: dict[Mode, SharingMode] = {
 }
 
 
+def place_request(policy: Policy, request: GpuRequest) -> Placement | list[str]:
+    """The share the policy's sharing mode makes of a request for part of a GPU."""
+    return MODES[policy.mode].place(policy, request)
+
+
 def mode_changes(policy: Policy, placement: Placement) -> ModeChanges:
     """What the policy's sharing mode needs for a pod with this placement."""
     return MODES[policy.mode].changes(policy, placement)
 
 
-__all__ = ["MODES", "EnvSetting", "ModeChanges", "SharingMode", "mode_changes"]
+def whole_gpu_resources(policy: Policy, count: int) -> tuple[ContainerResource, ...]:
+    """The container resources of ``count`` whole GPUs under the policy's sharing mode."""
+    return MODES[policy.mode].whole_gpus(policy, count)
+
+
+def mode_profile(policy: Policy) -> ModeProfile:
+    """What the policy's sharing mode isolates and needs on the nodes."""
+    return MODES[policy.mode].profile(policy)
+
+
+__all__ = [
+    "MODES",
+    "ContainerResource",
+    "EnvSetting",
+    "ModeChanges",
+    "ModeProfile",
+    "SharingMode",
+    "mode_changes",
+    "mode_profile",
+    "place_request",
+    "whole_gpu_resources",
+]

@@ -7,17 +7,27 @@ neither (k8s-device-plugin ``cmd/mps-control-daemon``; #843: pods need no hostIP
 
 from __future__ import annotations
 
-from webhook.core.modes.base import ModeChanges, pool_selector
+from webhook.core.modes.base import DevicePluginSlots, ModeChanges, ModeProfile, pool_selector
 from webhook.core.modes.client_limits import mps_limits
 from webhook.core.placement import Placement
 from webhook.core.policy.model import Mode, Policy, frozen_map
 
 
-class DevicePluginMps:
+class DevicePluginMps(DevicePluginSlots):
     mode = Mode.MPS
 
     def changes(self, policy: Policy, placement: Placement) -> ModeChanges:
         return ModeChanges(
+            resources=self.slot_resources(policy, placement),
             node_selector=frozen_map(pool_selector(placement, "mps")),
             env=mps_limits(policy, placement),
+            record=self.slot_record(policy, placement),
+        )
+
+    def profile(self, policy: Policy) -> ModeProfile:
+        return ModeProfile(
+            isolation="memory: hard (MPS pinned device memory limit); compute: capped "
+            "(MPS active thread percentage); one MPS server per GPU shares fault domain",
+            node_requirements="NVIDIA device plugin with sharing.mps replicas per pool and "
+            "its mps-control-daemon (gpushare device-plugin-config), GPU Feature Discovery",
         )

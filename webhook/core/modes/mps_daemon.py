@@ -6,7 +6,13 @@ directory and carry the client limits itself.
 from __future__ import annotations
 
 from webhook.constants import MPS_PIPE_DIRECTORY_VAR
-from webhook.core.modes.base import EnvSetting, ModeChanges, pool_selector
+from webhook.core.modes.base import (
+    DevicePluginSlots,
+    EnvSetting,
+    ModeChanges,
+    ModeProfile,
+    pool_selector,
+)
 from webhook.core.modes.client_limits import mps_limits
 from webhook.core.placement import Placement
 from webhook.core.policy.model import Mode, Policy, frozen_map
@@ -14,7 +20,7 @@ from webhook.core.policy.model import Mode, Policy, frozen_map
 PIPE_VOLUME = "gpushare-mps-pipe"
 
 
-class GpushareMpsDaemon:
+class GpushareMpsDaemon(DevicePluginSlots):
     mode = Mode.MPS_DAEMON
 
     def changes(self, policy: Policy, placement: Placement) -> ModeChanges:
@@ -33,6 +39,7 @@ class GpushareMpsDaemon:
             derivation=f"policy {policy.name!r} mpsDaemon.pipeDirectory",
         )
         return ModeChanges(
+            resources=self.slot_resources(policy, placement),
             node_selector=frozen_map(selector),
             env=(*mps_limits(policy, placement), pipe),
             volumes=(
@@ -43,5 +50,15 @@ class GpushareMpsDaemon:
             ),
             volume_mounts=({"name": PIPE_VOLUME, "mountPath": daemon.pipe_directory},),
             host_ipc=daemon.host_ipc,
+            record=self.slot_record(policy, placement),
             warnings=warnings,
+        )
+
+    def profile(self, policy: Policy) -> ModeProfile:
+        return ModeProfile(
+            isolation="memory: hard (MPS client pinned device memory limit); compute: capped "
+            "(MPS client active thread percentage); one MPS server per GPU shares fault domain",
+            node_requirements="NVIDIA device plugin time-slicing replicas per pool, and "
+            "gpushare mps-daemon (it labels ready nodes "
+            f"{policy.mps_daemon.ready_label}=true)",
         )

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
-from webhook.core.modes.base import ModeChanges, pool_selector
+from webhook.core.modes.base import DevicePluginSlots, ModeChanges, ModeProfile, pool_selector
 from webhook.core.placement import Placement
 from webhook.core.policy.model import Mode, Policy, frozen_map
 
 
-class TimeSlicing:
+class TimeSlicing(DevicePluginSlots):
     mode = Mode.TIME_SLICING
 
     def changes(self, policy: Policy, placement: Placement) -> ModeChanges:
-        return ModeChanges(node_selector=frozen_map(pool_selector(placement, "time-slicing")))
+        return ModeChanges(
+            resources=self.slot_resources(policy, placement),
+            node_selector=frozen_map(pool_selector(placement, "time-slicing")),
+            record=self.slot_record(policy, placement),
+        )
+
+    def profile(self, policy: Policy) -> ModeProfile:
+        return ModeProfile(
+            isolation="none: time-sliced, any pod can use all memory and SMs (framework "
+            "env asks apps to stay within their share)",
+            node_requirements="NVIDIA device plugin with sharing.timeSlicing replicas per "
+            "pool (gpushare device-plugin-config), GPU Feature Discovery labels",
+        )
