@@ -38,11 +38,20 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
         "webhook.manifest",
         "webhook.offline",
         "webhook.policy_check",
+        "webhook.plan",
         "webhook.server",
         "webhook.node",
     },
     # `gpushare policy check`: the core's set checks and the node side's pool clashes.
     "webhook.policy_check": {"webhook.core", "webhook.constants", "webhook.errors", "webhook.node"},
+    # `gpushare plan`: workloads read as mutate reads them, decided by the core, packed.
+    "webhook.plan": {
+        "webhook.core",
+        "webhook.constants",
+        "webhook.errors",
+        "webhook.manifest",
+        "webhook.offline",
+    },
     # The offline verdicts of `gpushare mutate` / `explain`, on the manifests it reads.
     "webhook.offline": {
         "webhook.core",

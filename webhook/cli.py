@@ -32,6 +32,7 @@ from webhook.core import (
 from webhook.errors import GpushareError, ManifestError, PolicyError
 from webhook.manifest import MANIFEST_SUFFIXES, read_manifests
 from webhook.offline import DENIED, Checked, check_documents, report
+from webhook.plan import add_plan_command
 from webhook.policy_check import add_policy_commands
 
 EXIT_OK = 0
@@ -211,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Turn a gpu-fraction or gpu-memory annotation into what the cluster's GPU sharing "
             "needs: the admission webhook (serve), its installation (certs, webhook-config), "
             "the node side (device-plugin-config, mps-daemon) and offline tools for manifests "
-            "and policies (mutate, explain, policy). `gpushare COMMAND --help` for each."
+            "and policies (mutate, explain, policy), and what a workload mix needs under each "
+            "scheme (plan). `gpushare COMMAND --help` for each."
         ),
         epilog="Exit codes: 0 ok, 2 usage errors and invalid input or policies, 3 a document "
         "denied (mutate, explain), 1 other failures.",
@@ -222,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_manifest_commands(commands)
     add_policy_commands(commands)
+    add_plan_command(commands)
     _add_plugged_commands(commands)
     return parser
 

@@ -1,0 +1,164 @@
+"""Workloads from a live cluster: its pods, read through the ``kubernetes`` client.
+
+Bounded: pages of 500 pods (``limit`` and ``continue``, as kubectl pages), a connect and a
+read timeout on every call, at most 200,000 pods and an overall deadline. Only pods that
+hold or wait for a GPU now count: Pending and Running ones, not Succeeded or Failed.
+
+The pods are mutated already, and the point is to ask what they would take under each
+scheme, so each is turned back into what its author wrote: what gpushare recorded
+(``gpushare.io/applied``) and every known GPU resource (``KNOWN_GPU_RESOURCES`` and the
+policies' own names) go, and the binding (``nodeName``) and status too; the annotations
+stay, so the core reads the same request. Pods of one controller with the same template
+count as one workload of that many pods.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from webhook.constants import APPLIED_ANNOTATION, KNOWN_GPU_RESOURCES
+from webhook.errors import GpushareError
+from webhook.plan.workload import Workload
+
+PAGE_SIZE = 500
+MAX_PODS = 200_000
+CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 30.0
+DEADLINE_S = 300.0
+ACTIVE_PHASES = {"Pending", "Running", None}
+
+
+class ClusterError(GpushareError):
+    """The cluster could not be read: what failed and what to check."""
+
+
+def _clean_container(container: Mapping[str, Any], gpu_resources: frozenset[str]) -> Any:
+    if not isinstance(container, dict):
+        return container
+    resources = container.get("resources")
+    if not isinstance(resources, dict):
+        return container
+    cleaned = {
+        section: {k: v for k, v in values.items() if k not in gpu_resources}
+        if isinstance(values, dict)
+        else values
+        for section, values in resources.items()
+    }
+    return {**container, "resources": cleaned}
+
+
+def authored_pod(pod: Mapping[str, Any], gpu_resources: frozenset[str]) -> dict[str, Any]:
+    """The pod as its author wrote it, as far as the GPU goes (see the module docstring)."""
+    metadata = dict(pod.get("metadata") or {})
+    annotations = dict(metadata.get("annotations") or {})
+    annotations.pop(APPLIED_ANNOTATION, None)
+    metadata["annotations"] = annotations
+    for key in ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation"):
+        metadata.pop(key, None)
+    spec = dict(pod.get("spec") or {})
+    spec.pop("nodeName", None)
+    for section in ("containers", "initContainers"):
+        if isinstance(spec.get(section), list):
+            spec[section] = [_clean_container(c, gpu_resources) for c in spec[section]]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def _owner(pod: Mapping[str, Any]) -> str:
+    metadata = pod.get("metadata") or {}
+    for reference in metadata.get("ownerReferences") or ():
+        if isinstance(reference, dict) and reference.get("controller"):
+            return f"{reference.get('kind')}/{metadata.get('namespace')}/{reference.get('name')}"
+    return f"Pod/{metadata.get('namespace')}/{metadata.get('name')}"
+
+
+def group_pods(pods: Iterable[Mapping[str, Any]], gpu_resources: frozenset[str]) -> list[Workload]:
+    """Active pods as workloads: one per controller and template, counted."""
+    workloads: dict[tuple[str, bytes], Workload] = {}
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") not in ACTIVE_PHASES:
+            continue
+        authored = authored_pod(pod, gpu_resources)
+        namespace = str(authored["metadata"].get("namespace") or "default")
+        owner = _owner(pod)
+        single = Workload(owner, namespace, authored, 1, "cluster")
+        key = (owner, single.same_pods_key)
+        known = workloads.get(key)
+        workloads[key] = single if known is None else _more(known)
+    return list(workloads.values())
+
+
+def _more(workload: Workload) -> Workload:
+    return Workload(
+        workload.name, workload.namespace, workload.document, workload.count + 1, workload.source
+    )
+
+
+def list_pods(api: Any, namespace: str | None, label_selector: str | None) -> list[Any]:
+    """Every pod (of ``namespace``, or all), page by page, within the bounds."""
+    from kubernetes import client as k8s  # the cluster input alone needs the client
+
+    # Untyped here: with _preload_content=False the calls return the raw response.
+    core: Any = k8s.CoreV1Api(api)
+    pods: list[Any] = []
+    token: str | None = None
+    started = time.monotonic()
+    while True:
+        options: dict[str, Any] = {
+            "limit": PAGE_SIZE,
+            "_request_timeout": (CONNECT_TIMEOUT_S, READ_TIMEOUT_S),
+            "_preload_content": False,
+        }
+        if token:
+            options["_continue"] = token
+        if label_selector:
+            options["label_selector"] = label_selector
+        if namespace:
+            response = core.list_namespaced_pod(namespace, **options)
+        else:
+            response = core.list_pod_for_all_namespaces(**options)
+        page = json.loads(response.data)
+        pods += page.get("items") or []
+        if len(pods) > MAX_PODS:
+            raise ClusterError(
+                f"the cluster has more than {MAX_PODS:,} pods; narrow it with -n or -l"
+            )
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return pods
+        if time.monotonic() - started > DEADLINE_S:
+            raise ClusterError(f"listing pods took over {DEADLINE_S:.0f}s; narrow it with -n or -l")
+
+
+def read_cluster(
+    kubeconfig: str | None,
+    context: str | None,
+    namespace: str | None,
+    label_selector: str | None,
+    gpu_resources: frozenset[str],
+) -> list[Workload]:
+    """The cluster's active pods as workloads; ``ClusterError`` says what failed."""
+    from kubernetes import config
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        load: Any = config.new_client_from_config  # untyped in the client
+        api = load(config_file=kubeconfig, context=context)
+    except (config.ConfigException, OSError, TypeError, ValueError) as error:
+        raise ClusterError(
+            f"cannot load the kubeconfig {kubeconfig or '(default)'}: {error}"
+        ) from error
+    try:
+        with api:
+            pods = list_pods(api, namespace, label_selector)
+    except ApiException as error:
+        raise ClusterError(
+            f"listing pods failed: {error.status} {error.reason}; check the kubeconfig's "
+            "user may list pods"
+        ) from error
+    except (HTTPError, OSError) as error:
+        raise ClusterError(f"cannot reach the cluster: {error}") from error
+    return group_pods(pods, gpu_resources | KNOWN_GPU_RESOURCES)

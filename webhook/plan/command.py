@@ -1,0 +1,198 @@
+"""``gpushare plan``: what a team's workloads need under each scheme, side by side.
+
+Reads one input (manifests, a live cluster, or a CSV table), decides every workload under
+each scheme with the core (``schemes``), packs the admitted pods per pool (``outcome``)
+and prints a table, JSON or HTML; ``--chart`` and ``--packing`` write the pictures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from webhook.core import PolicySet, default_policies_path, load_policies
+from webhook.errors import GpushareError
+from webhook.plan.outcome import SchemeOutcome, outcome
+from webhook.plan.schemes import fates, schemes
+from webhook.plan.workload import Workload
+
+DEFAULT_GPUS_PER_NODE = 8
+
+
+def read_input(args: argparse.Namespace, policies: PolicySet) -> list[Workload]:
+    """The workloads of the one input the arguments name."""
+    if args.csv:
+        from webhook.plan.csv_input import read_table
+
+        return read_table(args.csv, args.namespace)
+    if args.cluster:
+        from webhook.plan.cluster_input import read_cluster
+
+        return read_cluster(
+            args.kubeconfig,
+            args.context,
+            args.namespace,
+            args.selector,
+            policies.gpu_resource_names,
+        )
+    from webhook.plan.manifest_input import read_workloads
+
+    return read_workloads(args.file, recursive=args.recursive, namespace=args.namespace)
+
+
+def plan(
+    workloads: Sequence[Workload],
+    policies: PolicySet,
+    *,
+    names: Sequence[str] = (),
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
+) -> list[SchemeOutcome]:
+    """Every scheme's outcome for the workloads, in scheme order."""
+    return [
+        outcome(scheme, fates(scheme, workloads, gpus_per_node))
+        for scheme in schemes(policies, names)
+    ]
+
+
+def _packing_scheme(results: Sequence[SchemeOutcome], name: str | None) -> SchemeOutcome:
+    if name is None:
+        return results[0]
+    for result in results:
+        if result.scheme.name == name:
+            return result
+    raise GpushareError(
+        f"--packing-scheme {name!r} is not a scheme of this plan; the schemes are "
+        f"{', '.join(r.scheme.name for r in results)}"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from webhook.plan.report import as_json, details, table
+
+    if args.gpus_per_node < 1:
+        raise GpushareError(f"--gpus-per-node {args.gpus_per_node}: give 1 or more")
+    policies = load_policies(args.policies or default_policies_path())
+    workloads = read_input(args, policies)
+    results = plan(workloads, policies, names=args.policy or (), gpus_per_node=args.gpus_per_node)
+    shown = _packing_scheme(results, args.packing_scheme)
+    if args.chart:
+        from webhook.plan.pictures import bar_chart
+
+        bar_chart(results, Path(args.chart))
+    if args.packing:
+        from webhook.plan.pictures import packing_picture
+
+        packing_picture(shown, Path(args.packing))
+    if args.output == "json":
+        print(json.dumps(as_json(results), indent=2))
+    elif args.output == "html":
+        from webhook.plan.html_report import page
+
+        sys.stdout.write(page(results, shown))
+    else:
+        print(table(results))
+        print()
+        print(details(results))
+    return 0
+
+
+def _input_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "-f",
+        "--file",
+        action="append",
+        metavar="PATH",
+        help="manifest file, directory or - for stdin (Pods and workloads; replicas count); "
+        "repeat for more",
+    )
+    source.add_argument(
+        "--csv",
+        metavar="FILE",
+        help="a table with the columns name,fraction,memory,count[,namespace] (- for stdin)",
+    )
+    source.add_argument(
+        "--cluster",
+        action="store_true",
+        help="the Pending and Running pods of the cluster the kubeconfig points at",
+    )
+    parser.add_argument(
+        "-R", "--recursive", action="store_true", help="with -f: also read subdirectories"
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="with --cluster: the kubeconfig (default: $KUBECONFIG, ~/.kube/config)",
+    )
+    parser.add_argument("--context", help="with --cluster: the kubeconfig context")
+    parser.add_argument("-l", "--selector", help="with --cluster: only pods with these labels")
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        help="evaluate every workload in this namespace (with --cluster: read only it)",
+    )
+
+
+def add_plan_command(commands: Any) -> None:
+    parser = commands.add_parser(
+        "plan",
+        help="GPUs a workload mix needs under each policy, side by side",
+        description=(
+            "Decide every workload with the webhook's own core under each scheme (the "
+            "policies as configured, then each policy applied to every workload), pack the "
+            "admitted pods onto GPUs per pool by first-fit decreasing, and report side by "
+            "side: GPUs and nodes needed (against the lower bound and one GPU per pod), "
+            "compute and memory left idle, what is isolated, and which pods cannot be "
+            "served and why. Exit 0, or 2 for unreadable input or policies."
+        ),
+    )
+    _input_arguments(parser)
+    parser.add_argument(
+        "--policies",
+        metavar="PATH",
+        type=Path,
+        default=None,
+        help="policy file or directory (default as for gpushare mutate)",
+    )
+    parser.add_argument(
+        "--policy",
+        action="append",
+        metavar="NAME",
+        help="compare only this policy (repeat for more; default: the set as "
+        "configured, then every policy)",
+    )
+    parser.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=DEFAULT_GPUS_PER_NODE,
+        metavar="N",
+        help="GPUs per node where a pool's gpusPerNode does not say "
+        f"(default: {DEFAULT_GPUS_PER_NODE})",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json", "html"),
+        default="table",
+        help="table (default), json for tools, or html: one page with the pictures inline",
+    )
+    parser.add_argument(
+        "--chart",
+        metavar="FILE",
+        help="write the bar chart of GPUs needed per scheme (.png or .svg)",
+    )
+    parser.add_argument(
+        "--packing",
+        metavar="FILE",
+        help="write the packing picture: which pods share which GPU (.png or .svg)",
+    )
+    parser.add_argument(
+        "--packing-scheme",
+        metavar="NAME",
+        help="the scheme the packing picture and HTML page draw (default: the first)",
+    )
+    parser.set_defaults(func=run)
