@@ -1,0 +1,143 @@
+"""``gpushare plan`` as a user runs it: the table, -o json, -o html, the pictures, stdin,
+and one-line errors with exit 2."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from webhook.cli import main
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_table(policy_dir: Path, mix_csv: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "--csv", str(mix_csv), "--policies", str(policy_dir), "--gpus-per-node", "4"]
+    code, out, _ = run(argv, capsys)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["as", "configured", "default", "inference-mps-daemon", "ml-mps"]
+    # inference-mps-daemon counts slots of 1/10: 0.7 -> 7, 0.5 -> 5, 0.25 -> 3, 0.1 -> 1;
+    # FFD: [7 3] [5 5] [5 3 1 1] [3 3 3 1] [3 3 3 1] [3 3 1 1 1]: 6 GPUs, + 4 whole = 10.
+    assert lines[3].split() == ["GPUs", "needed", "11", "11", "10", "10"]
+    assert '  not served: odd (1 pods): gpu-fraction "0.7" does not fit any GPU pool' in out
+
+
+def test_json_and_pictures(
+    policy_dir: Path, mix_csv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chart, packing = tmp_path / "chart.svg", tmp_path / "packing.png"
+    argv = [
+        "plan",
+        "--csv",
+        str(mix_csv),
+        "--policies",
+        str(policy_dir),
+        "-o",
+        "json",
+        "--chart",
+        str(chart),
+        "--packing",
+        str(packing),
+        "--packing-scheme",
+        "ml-mps",
+        "--policy",
+        "default",
+        "--policy",
+        "ml-mps",
+    ]
+    code, out, _ = run(argv, capsys)
+    assert code == 0
+    report = json.loads(out)
+    assert report["kind"] == "PlanReport"
+    assert [s["scheme"] for s in report["schemes"]] == ["default", "ml-mps"]
+    default = report["schemes"][0]
+    assert default["gpus"] == default["lowerBoundGpus"]
+    quarter = next(p for p in default["pools"] if p["pool"] == "default/ts-quarter")
+    assert quarter["bins"][0] == [{"workload": "infer", "pods": 4}]
+    assert chart.read_text().startswith("<?xml") and packing.stat().st_size > 0
+
+
+def test_html_page(policy_dir: Path, mix_csv: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        ["plan", "--csv", str(mix_csv), "--policies", str(policy_dir), "-o", "html"], capsys
+    )
+    assert code == 0
+    assert out.startswith("<!DOCTYPE html>")
+    assert out.count("<svg") == 2
+    assert "&quot;0.7&quot;" in out  # input text is escaped
+
+
+def test_manifests_from_stdin(
+    policy_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = (
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 6\n"
+        "  template:\n    metadata: {annotations: {gpu-fraction: '0.25'}}\n"
+        "    spec: {containers: [{name: main, image: nginx}]}\n"
+    )
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(manifest.encode())))
+    code, out, _ = run(
+        ["plan", "-f", "-", "--policies", str(policy_dir), "--policy", "default", "-o", "json"],
+        capsys,
+    )
+    assert code == 0
+    (scheme,) = json.loads(out)["schemes"]
+    assert (scheme["podsServed"], scheme["gpus"]) == (6, 2)  # ceil(6 / 4)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--policy", "nope"], "error: no policy named 'nope'; the policies are default, "),
+        (["--packing-scheme", "nope"], "error: --packing-scheme 'nope' is not a scheme"),
+        (["--gpus-per-node", "0"], "error: --gpus-per-node 0: give 1 or more"),
+    ],
+)
+def test_usage_errors(
+    policy_dir: Path,
+    mix_csv: Path,
+    extra: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run(
+        ["plan", "--csv", str(mix_csv), "--policies", str(policy_dir), *extra], capsys
+    )
+    assert code == 2
+    assert err.startswith(message)
+
+
+def test_bad_csv_exits_2_with_the_line(
+    policy_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = tmp_path / "bad.csv"
+    table.write_text("name,fraction,count\na,0.5,x\n")
+    code, _, err = run(["plan", "--csv", str(table), "--policies", str(policy_dir)], capsys)
+    assert code == 2
+    assert err == f"{table}:2: count 'x' is not a whole number from 1 to 1,000,000\n"
+
+
+def test_unreachable_cluster(
+    policy_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
+        "current-context: x\n"
+    )
+    code, _, err = run(
+        ["plan", "--cluster", "--kubeconfig", str(config), "--policies", str(policy_dir)], capsys
+    )
+    assert code == 2
+    assert err.startswith("error: cannot reach the cluster: ")
