@@ -18,7 +18,12 @@ import yaml
 
 from webhook.core.policy.loader import load_policies
 from webhook.core.policy.model import Allocation, Mode, Policy, PolicySet, Pool
-from webhook.node.device_plugin_config import build_configs, config_map, guidance
+from webhook.node.device_plugin_config import (
+    DEFAULT_KEY,
+    build_configs,
+    config_map,
+    guidance,
+)
 from webhook.node.errors import DevicePluginConfigError
 
 HERE = Path(__file__).resolve().parent
@@ -173,9 +178,12 @@ def summary(parsed: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_structural_parser_reads_every_generated_config(generated: dict[str, Path]) -> None:
-    assert sorted(generated) == sorted(EXPECTED)
+    assert sorted(generated) == sorted([DEFAULT_KEY, *EXPECTED])
     code, parsed = parse_with(go_binary(HERE, "dpconfig"), list(generated.values()))
     assert code == 0, parsed
+    # Unlabelled GPU nodes: a valid config that shares nothing (whole GPUs).
+    unlabelled = parsed.pop(DEFAULT_KEY)
+    assert unlabelled["strategy"] == "none" and not unlabelled.get("resources"), unlabelled
     assert {name: summary(p) for name, p in parsed.items()} == EXPECTED
 
 
@@ -285,10 +293,112 @@ def test_guidance_without_mps_daemon_pools_says_nothing_about_the_daemonset() ->
     assert "kubectl label node <node> nvidia.com/device-plugin.config=x --overwrite" in text
     assert "mps-daemon" not in text
     assert config_map(configs, name="cm", namespace="ns", sources=["a.yaml"])["data"] == {
-        "x": configs[0].render()
+        DEFAULT_KEY: "version: v1\n",
+        "x": configs[0].render(),
     }
 
 
 def test_generated_from_the_loaded_examples(policy_dir: Path) -> None:
     configs = build_configs(load_policies(policy_dir))
     assert {c.name: c.strategy for c in configs}["l4-mps"] == "time-slicing"
+
+
+# -- unlabelled GPU nodes: the `default` key ----------------------------------------------
+
+
+def config_manager_choice(
+    keys: list[str], label: str, default_config: str, fallbacks: list[str]
+) -> str | None:
+    """Which key NVIDIA's config-manager gives a node (None: an empty config), as
+    k8s-device-plugin cmd/config-manager/main.go updateConfigName decides; RuntimeError
+    where it exits and the device plugin pod never starts."""
+    if label:
+        if label not in keys:
+            raise RuntimeError(f"specified config {label} does not exist")
+        return label
+    if default_config:
+        if default_config not in keys:
+            raise RuntimeError(f"specified config {default_config} does not exist")
+        return default_config
+    for fallback in fallbacks:
+        if fallback == "named" and "default" in keys:
+            return "default"
+        if fallback == "single" and len(keys) == 1:
+            return keys[0]
+        if fallback == "empty":
+            return None
+    raise RuntimeError("no config was set, no default was provided, and all fallbacks failed")
+
+
+# The device plugin chart's config.fallbackStrategies default (values.yaml) and what the GPU
+# Operator sets (controllers/object_controls.go: FALLBACK_STRATEGIES=empty).
+DEVICE_PLUGIN_CHART_FALLBACKS = ["named", "single"]
+GPU_OPERATOR_FALLBACKS = ["empty"]
+
+
+def test_unlabelled_nodes_get_the_default_key_under_both_charts(policy_dir: Path) -> None:
+    result = run_cli("--policies", str(policy_dir))
+    configmap = yaml.safe_load(result.stdout)
+    keys = list(configmap["data"])
+    assert keys[0] == DEFAULT_KEY and len(keys) > 1
+    assert configmap["data"][DEFAULT_KEY] == "version: v1\n"  # no sharing: whole GPUs
+    assert configmap["metadata"]["annotations"]["gpushare.io/default-config"] == "whole-gpus"
+    # Without the `default` key, the device plugin chart's defaults break unlabelled nodes.
+    without = [key for key in keys if key != DEFAULT_KEY]
+    with pytest.raises(RuntimeError, match="all fallbacks failed"):
+        config_manager_choice(without, "", "", DEVICE_PLUGIN_CHART_FALLBACKS)
+    # With it, and with the values the guidance prints (default: default), both agree.
+    assert config_manager_choice(keys, "", "", DEVICE_PLUGIN_CHART_FALLBACKS) == DEFAULT_KEY
+    assert config_manager_choice(keys, "", DEFAULT_KEY, GPU_OPERATOR_FALLBACKS) == DEFAULT_KEY
+    assert config_manager_choice(keys, "ts-half", DEFAULT_KEY, GPU_OPERATOR_FALLBACKS) == "ts-half"
+    assert (
+        "--set devicePlugin.config.name=gpushare-device-plugin-configs "
+        "--set devicePlugin.config.default=default"
+    ) in result.stderr
+    assert "--set config.name=gpushare-device-plugin-configs --set config.default=default" in (
+        result.stderr
+    )
+
+
+def test_a_pool_config_as_the_default(policy_dir: Path) -> None:
+    result = run_cli("--policies", str(policy_dir), "--default", "ts-quarter")
+    assert result.returncode == 0, result.stderr
+    data = yaml.safe_load(result.stdout)["data"]
+    assert data[DEFAULT_KEY] == data["ts-quarter"]
+    assert "'default' (a copy of config ts-quarter)" in result.stderr
+
+
+def test_a_default_the_nodes_cannot_serve_is_refused(policy_dir: Path) -> None:
+    unknown = run_cli("--policies", str(policy_dir), "--default", "a100-half")
+    assert unknown.returncode == 2 and unknown.stdout == ""
+    assert "--default 'a100-half' is neither whole-gpus nor a config of the policies' pools" in (
+        unknown.stderr
+    )
+    daemon = run_cli("--policies", str(policy_dir), "--default", "l4-mps")
+    assert daemon.returncode == 2 and daemon.stdout == ""
+    assert "in mode mps-daemon, whose MPS DaemonSet runs only on nodes labelled" in daemon.stderr
+
+
+def test_a_pool_config_named_default_must_be_meant(tmp_path: Path) -> None:
+    first = EXTRA_POLICIES.split("---\n", maxsplit=1)[0]
+    (tmp_path / "p.yaml").write_text(first.replace("config: t4-three-way", "config: default"))
+    refused = run_cli("--policies", str(tmp_path / "p.yaml"))
+    assert refused.returncode == 2
+    assert "pass --default default to mean it" in refused.stderr
+    meant = run_cli("--policies", str(tmp_path / "p.yaml"), "--default", "default")
+    assert meant.returncode == 0, meant.stderr
+    data = yaml.safe_load(meant.stdout)["data"]
+    assert list(data) == [DEFAULT_KEY] and "replicas: 3" in data[DEFAULT_KEY]
+
+
+def test_helm_values_format(policy_dir: Path) -> None:
+    result = run_cli("--policies", str(policy_dir), "--format", "helm-values", "--name", "dp")
+    values = yaml.safe_load(result.stdout)["devicePluginConfig"]
+    configmap = yaml.safe_load(run_cli("--policies", str(policy_dir), "--name", "dp").stdout)
+    assert values == {
+        "enabled": True,
+        "name": "dp",
+        "namespace": "gpu-operator",
+        "data": configmap["data"],
+    }
+    assert "    ts-half: |\n      version: v1\n" in result.stdout  # readable blocks

@@ -16,18 +16,20 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-import yaml
-
 from webhook.constants import DEVICE_PLUGIN_CONFIG_LABEL
 from webhook.core import Allocation, default_policies_path, load_policies
 from webhook.errors import GpushareError, PolicyError
 from webhook.node import events
 from webhook.node.device_plugin_config import (
     DEFAULT_CONFIGMAP_NAME,
+    DEFAULT_KEY,
     DEFAULT_NAMESPACE,
+    WHOLE_GPUS,
     build_configs,
     config_map,
     guidance,
+    helm_values,
+    render,
 )
 from webhook.node.errors import DevicePluginConfigError, InvalidPoliciesError, NodeSetupError
 from webhook.node.events import emit
@@ -47,6 +49,8 @@ DEFAULT_LISTEN = "0.0.0.0:9400"
 EXIT_ERROR = 1
 # Invalid policies, as in every gpushare command that loads them.
 EXIT_INVALID_POLICIES = 2
+# A --default the policies' pools cannot serve: a usage error, same code.
+EXIT_USAGE_DEFAULT = 2
 
 
 def add_node_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -319,6 +323,21 @@ def _add_device_plugin_config(
     parser.add_argument(
         "--out", type=Path, metavar="FILE", help="write the ConfigMap here instead of stdout"
     )
+    parser.add_argument(
+        "--default",
+        metavar="CONFIG",
+        default=WHOLE_GPUS,
+        help=f"what GPU nodes without the {DEVICE_PLUGIN_CONFIG_LABEL} label get, as the "
+        f"ConfigMap's {DEFAULT_KEY!r} key: {WHOLE_GPUS} (default: no sharing) or one pool's "
+        "config name",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("configmap", "helm-values"),
+        default="configmap",
+        help="configmap (kubectl apply), or helm-values: devicePluginConfig values for "
+        "gpushare's Helm chart (helm install -f)",
+    )
     parser.set_defaults(func=run_device_plugin_config)
 
 
@@ -335,13 +354,25 @@ def run_device_plugin_config(args: argparse.Namespace) -> int:
     if not configs:
         print("gpushare device-plugin-config: the policies define no pool.", file=sys.stderr)
         return EXIT_INVALID_POLICIES
-    document = config_map(
-        configs, name=args.name, namespace=args.namespace, sources=policies.sources
-    )
-    text = yaml.safe_dump(document, sort_keys=False)
+    try:
+        document = config_map(
+            configs,
+            name=args.name,
+            namespace=args.namespace,
+            sources=policies.sources,
+            default=args.default,
+        )
+    except DevicePluginConfigError as exc:
+        print(f"gpushare device-plugin-config: {exc.problems[0]}", file=sys.stderr)
+        return EXIT_USAGE_DEFAULT
+    if args.format == "helm-values":
+        document = helm_values(document)
+    text = render(document)
     if args.out is not None:
         args.out.write_text(text)
     else:
         sys.stdout.write(text)
-    sys.stderr.write(guidance(configs, name=args.name, namespace=args.namespace))
+    sys.stderr.write(
+        guidance(configs, name=args.name, namespace=args.namespace, default=args.default)
+    )
     return 0

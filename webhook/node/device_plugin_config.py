@@ -16,6 +16,21 @@ Each pool becomes one named config of the device plugin's ``version: v1`` format
 
 All configs go into one ConfigMap for the GPU Operator's ``devicePlugin.config``; a node
 picks its pool's config with the label ``nvidia.com/device-plugin.config=<name>``.
+
+Unlabelled GPU nodes get the ConfigMap's ``default`` key, always written. NVIDIA's
+config-manager (k8s-device-plugin cmd/config-manager/main.go, updateConfigName) takes the
+label's config, else DEFAULT_CONFIG, else walks FALLBACK_STRATEGIES: ``named`` picks a key
+called ``default``, ``single`` the only key, ``empty`` no config; when none applies it exits
+with "no config was set, no default was provided, and all fallbacks failed" and the device
+plugin pod never starts. The device plugin's chart defaults to ``[named, single]``
+(deployments/helm/nvidia-device-plugin/values.yaml, config.fallbackStrategies): one key
+would silently share every unlabelled GPU, several keys without ``default`` break the plugin
+there. The GPU Operator sets ``empty`` (gpu-operator controllers/object_controls.go,
+transformConfigManager*Container, since 76b03b2d) and DEFAULT_CONFIG from
+``devicePlugin.config.default``. So the ``default`` key holds a deliberate choice: by
+default no sharing at all (``version: v1`` alone: whole GPUs, as without a config), or with
+``--default CONFIG`` a copy of one pool's config; and both charts are told
+``default: default`` (guidance), so they agree.
 """
 
 from __future__ import annotations
@@ -39,6 +54,11 @@ from webhook.node.pools import PoolRef, pool_conflicts, pool_refs
 DEFAULT_CONFIGMAP_NAME = "gpushare-device-plugin-configs"
 DEFAULT_NAMESPACE = "gpu-operator"
 MIN_REPLICAS = 2
+# config-manager's NamedConfigFallback: the key the `named` fallback strategy looks for.
+DEFAULT_KEY = "default"
+# --default's value for "unlabelled nodes share nothing".
+WHOLE_GPUS = "whole-gpus"
+DEFAULT_CHOICE_ANNOTATION = f"{ANNOTATION_PREFIX}default-config"
 
 
 @dataclass(frozen=True)
@@ -115,10 +135,53 @@ def build_configs(policies: PolicySet) -> list[DevicePluginConfig]:
     ]
 
 
+def default_document(configs: Sequence[DevicePluginConfig], choice: str) -> dict[str, Any]:
+    """What the ``default`` key holds for ``--default choice`` (see the module docstring);
+    DevicePluginConfigError when the choice cannot work on an unlabelled node."""
+    by_name = {config.name: config for config in configs}
+    if choice == WHOLE_GPUS:
+        if DEFAULT_KEY in by_name:
+            raise DevicePluginConfigError(
+                [
+                    f"a pool's device plugin config is named {DEFAULT_KEY!r}, the key "
+                    "config-manager gives every unlabelled GPU node: pass --default "
+                    f"{DEFAULT_KEY} to mean it, or give the pool another devicePluginConfig."
+                ]
+            )
+        return {"version": "v1"}
+    chosen = by_name.get(choice)
+    if chosen is None:
+        raise DevicePluginConfigError(
+            [
+                f"--default {choice!r} is neither {WHOLE_GPUS} nor a config of the policies' "
+                f"pools ({', '.join(sorted(by_name)) or 'none'})."
+            ]
+        )
+    daemon_pools = [ref.where for ref in chosen.pools if ref.policy.mode is Mode.MPS_DAEMON]
+    if daemon_pools:
+        raise DevicePluginConfigError(
+            [
+                f"--default {choice!r} serves {', '.join(daemon_pools)} in mode mps-daemon, "
+                "whose MPS DaemonSet runs only on nodes labelled "
+                f"{DEVICE_PLUGIN_CONFIG_LABEL}={choice}: an unlabelled node would advertise "
+                "slots with no MPS daemon. Label those nodes instead, or choose another config."
+            ]
+        )
+    return chosen.document
+
+
 def config_map(
-    configs: Sequence[DevicePluginConfig], *, name: str, namespace: str, sources: Sequence[str]
+    configs: Sequence[DevicePluginConfig],
+    *,
+    name: str,
+    namespace: str,
+    sources: Sequence[str],
+    default: str = WHOLE_GPUS,
 ) -> dict[str, Any]:
-    """The ConfigMap for ``devicePlugin.config.name``: one data key per config."""
+    """The ConfigMap for ``devicePlugin.config.name``: the ``default`` key, then one key
+    per config."""
+    data = {DEFAULT_KEY: yaml.safe_dump(default_document(configs, default), sort_keys=False)}
+    data.update({config.name: config.render() for config in configs})
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -126,19 +189,65 @@ def config_map(
             "name": name,
             "namespace": namespace,
             "labels": {"app.kubernetes.io/managed-by": "gpushare"},
-            "annotations": {f"{ANNOTATION_PREFIX}generated-from": ",".join(sources)},
+            "annotations": {
+                f"{ANNOTATION_PREFIX}generated-from": ",".join(sources),
+                DEFAULT_CHOICE_ANNOTATION: default,
+            },
         },
-        "data": {config.name: config.render() for config in configs},
+        "data": data,
     }
 
 
-def guidance(configs: Sequence[DevicePluginConfig], *, name: str, namespace: str) -> str:
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (the configs inside the ConfigMap) as ``|`` blocks, readable."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _represent_str)
+
+
+def render(document: dict[str, Any]) -> str:
+    """``document`` as YAML, the embedded configs as literal blocks."""
+    return yaml.dump(document, Dumper=_BlockDumper, sort_keys=False)
+
+
+def helm_values(document: dict[str, Any]) -> dict[str, Any]:
+    """The ConfigMap as values of gpushare's chart (deploy/helm/gpushare, devicePluginConfig)."""
+    metadata = document["metadata"]
+    return {
+        "devicePluginConfig": {
+            "enabled": True,
+            "name": metadata["name"],
+            "namespace": metadata["namespace"],
+            "data": dict(document["data"]),
+        }
+    }
+
+
+def guidance(
+    configs: Sequence[DevicePluginConfig],
+    *,
+    name: str,
+    namespace: str,
+    default: str = WHOLE_GPUS,
+) -> str:
     """What to do with the ConfigMap: point the GPU Operator at it, label the nodes."""
+    unlabelled = (
+        "whole GPUs, no sharing" if default == WHOLE_GPUS else f"a copy of config {default}"
+    )
     lines = [
-        f"# ConfigMap {namespace}/{name} holds {len(configs)} device plugin config(s).",
-        "# Point the GPU Operator at it (Helm value devicePlugin.config.name), e.g.:",
-        "#   kubectl patch clusterpolicies.nvidia.com/cluster-policy --type merge \\",
-        f'#     -p \'{{"spec": {{"devicePlugin": {{"config": {{"name": "{name}"}}}}}}}}\'',
+        f"# ConfigMap {namespace}/{name} holds {len(configs)} device plugin config(s) and "
+        f"{DEFAULT_KEY!r} ({unlabelled}) for unlabelled GPU nodes.",
+        "# GPU Operator Helm values (or patch clusterpolicies.nvidia.com/cluster-policy "
+        "spec.devicePlugin.config the same way):",
+        f"#   --set devicePlugin.config.name={name} "
+        f"--set devicePlugin.config.default={DEFAULT_KEY}",
+        "# NVIDIA device plugin chart (nvidia-device-plugin) values:",
+        f"#   --set config.name={name} --set config.default={DEFAULT_KEY}",
         "# Then label each pool's nodes with the config it should use:",
     ]
     daemon_configs: list[str] = []
