@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import sys
 from pathlib import Path
 from typing import Any
@@ -54,17 +55,59 @@ def _add_certs(subparsers: Subparsers) -> None:
     )
     parser.add_argument("--service", required=True, help="the webhook's Service name")
     parser.add_argument("--namespace", required=True, help="the Service's namespace")
-    parser.add_argument("--out", required=True, type=Path, help="directory to write to")
+    parser.add_argument("--out", type=Path, help="directory to write to (or --in-cluster)")
     parser.add_argument("--ip", action="append", default=[], help="extra IP SAN (repeatable)")
     parser.add_argument("--dns", action="append", default=[], help="extra DNS SAN (repeatable)")
     parser.add_argument(
         "--renew", action="store_true", help="reuse the CA in --out; issue a new serving cert"
     )
     parser.add_argument("--days", type=positive_int, default=365, help="serving cert lifetime")
+    _add_in_cluster_arguments(parser)
     parser.set_defaults(func=run_certs)
 
 
+def _add_in_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """The Helm chart's certgen Jobs (webhook.install.cluster_certs)."""
+    cluster = parser.add_argument_group(
+        "in the cluster (the Helm chart's certgen Jobs)",
+        "Keep the certificate in a kubernetes.io/tls Secret instead of files: create it, "
+        "keep it while valid, renew it near expiry, and write its CA into the caBundle of "
+        "the webhook configurations. Idempotent; run it on every install and upgrade.",
+    )
+    cluster.add_argument(
+        "--in-cluster", action="store_true", help="write the Secret through the Kubernetes API"
+    )
+    cluster.add_argument("--secret", metavar="NAME", help="the TLS Secret, in --namespace")
+    cluster.add_argument(
+        "--webhook-configuration",
+        metavar="NAME",
+        help="patch caBundle of the Mutating/ValidatingWebhookConfiguration of this name",
+    )
+    cluster.add_argument(
+        "--missing-ok",
+        action="store_true",
+        help="no configuration of that name yet is fine (before the chart installs them)",
+    )
+    cluster.add_argument(
+        "--renew-before-days",
+        type=positive_int,
+        default=30,
+        help="renew when the certificate or its CA expires within this many days (default 30)",
+    )
+    cluster.add_argument(
+        "--kubeconfig", type=Path, help="kubeconfig (default: the pod's ServiceAccount)"
+    )
+
+
 def run_certs(args: argparse.Namespace) -> int:
+    if args.in_cluster:
+        return run_cluster_certs(args)
+    if args.out is None:
+        print(
+            "gpushare certs: pass --out DIR to write files, or --in-cluster --secret NAME.",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     try:
         addresses = parse_ip_addresses(args.ip)
         names = list(dict.fromkeys([*service_dns_names(args.service, args.namespace), *args.dns]))
@@ -81,6 +124,53 @@ def run_certs(args: argparse.Namespace) -> int:
         f"--from-file={files.ca_cert} --from-file={files.serving_cert} "
         f"--from-file={files.serving_key}"
     )
+    return 0
+
+
+def run_cluster_certs(args: argparse.Namespace) -> int:
+    """``certs --in-cluster``: the Secret and caBundle through the API (cluster_certs)."""
+    from webhook.install.cluster_certs import (
+        CertSettings,
+        ClusterCertificates,
+        connect,
+    )
+
+    if not args.secret or args.out is not None or args.ip:
+        print(
+            "gpushare certs: --in-cluster needs --secret NAME and takes neither --out nor --ip "
+            "(the apiserver calls the Service by name).",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if args.renew_before_days >= args.days:
+        print(
+            f"gpushare certs: --renew-before-days {args.renew_before_days} must be below "
+            f"--days {args.days}, or every run would renew.",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    names = list(dict.fromkeys([*service_dns_names(args.service, args.namespace), *args.dns]))
+    settings = CertSettings(
+        namespace=args.namespace,
+        service=args.service,
+        secret_name=args.secret,
+        dns_names=tuple(names),
+        webhook_configuration=args.webhook_configuration,
+        valid_days=args.days,
+        renew_before=dt.timedelta(days=args.renew_before_days),
+        missing_ok=args.missing_ok,
+    )
+    try:
+        api = connect(args.kubeconfig)
+        try:
+            outcome = ClusterCertificates(api, settings).run()
+        finally:
+            api.close()  # type: ignore[no-untyped-call]
+    except CertificateError as error:
+        print(f"gpushare certs: {error}", file=sys.stderr)
+        return 1
+    for line in outcome.lines:
+        print(line)
     return 0
 
 
