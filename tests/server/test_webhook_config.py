@@ -34,9 +34,13 @@ def ca_file(tmp_path: Path) -> Path:
 
 
 def settings_for(ca_file: Path, **overrides: Any) -> WebhookSettings:
+    """Settings with the opt-in pod validating webhook, which most tests here look at; the
+    default (workload templates only, the safety-net policy for pods) is tested below and in
+    tests/install/test_safety_net_policy.py."""
     values: dict[str, Any] = {
         "target": ServiceTarget("gpushare", "gpushare-system"),
         "ca_bundle_pem": ca_file.read_bytes(),
+        "validating_webhook": "pods",
     }
     values.update(overrides)
     return WebhookSettings(**values)
@@ -173,8 +177,11 @@ def test_cli_prints_yaml_with_both_cas_during_rotation(
     documents = list(yaml.safe_load_all(capsys.readouterr().out))
     assert [d["kind"] for d in documents] == [
         "MutatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "ValidatingWebhookConfiguration",
     ]
+    assert documents[1]["spec"]["failurePolicy"] == "Ignore"
     webhook = documents[0]["webhooks"][0]
     assert webhook["failurePolicy"] == "Ignore" and webhook["timeoutSeconds"] == 3
     bundle = base64.b64decode(webhook["clientConfig"]["caBundle"])

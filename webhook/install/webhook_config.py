@@ -15,6 +15,11 @@ Filters, cheapest first, as the apiserver applies them:
   ``gpu-fraction`` or ``gpu-memory`` annotation; the validating one also pods that request
   a shared GPU resource by hand. Mirror pods (kubelet static pods) are never sent.
 
+The safety net: by default the pods are re-checked after every mutator by a
+ValidatingAdmissionPolicy evaluated inside the apiserver (``validating_policy``), not by a
+second webhook call; ``validating_webhook="pods"`` adds the pod validating webhook back for
+what only it can check. Both share the filters above.
+
 Workloads: the ValidatingWebhookConfiguration also registers the kinds that carry a pod
 template (CREATE and UPDATE), one webhook per place the template sits, because a
 matchCondition must hold for every kind its rules match: ``spec.template`` (Deployment,
@@ -45,7 +50,13 @@ from webhook.constants import (
     REQUEST_ANNOTATIONS,
     SHARED_GPU_RESOURCE,
 )
+from webhook.core.policy.model import PolicySet
 from webhook.errors import GpushareError
+from webhook.install.validating_policy import (
+    DEFAULT_VALIDATION_ACTIONS,
+    SafetyNetSettings,
+    safety_net,
+)
 
 CONFIGURATION_NAME = "gpushare"
 MUTATING_WEBHOOK_NAME = "mutate.gpushare.io"
@@ -89,6 +100,9 @@ TEMPLATE_WEBHOOKS: tuple[TemplateWebhook, ...] = (
 DEFAULT_SHARED_RESOURCES: tuple[str, ...] = (SHARED_GPU_RESOURCE,)
 
 FAILURE_POLICIES = ("Fail", "Ignore")
+# What the ValidatingWebhookConfiguration holds: the workload-template webhooks (the
+# default), those and the pod webhook, or nothing.
+VALIDATING_WEBHOOK_CHOICES = ("workloads", "pods", "none")
 DEFAULT_TIMEOUT_SECONDS = 5
 MIN_TIMEOUT_SECONDS = 1
 MAX_TIMEOUT_SECONDS = 30
@@ -124,6 +138,10 @@ class WebhookSettings:
     shared_resources: tuple[str, ...] = DEFAULT_SHARED_RESOURCES
     name: str = CONFIGURATION_NAME
     labels: dict[str, str] = field(default_factory=lambda: {"app.kubernetes.io/name": "gpushare"})
+    validating_webhook: str = "workloads"
+    # The ValidatingAdmissionPolicy and its binding (the pods' safety net), and its actions.
+    safety_net_policy: bool = True
+    validation_actions: tuple[str, ...] = DEFAULT_VALIDATION_ACTIONS
 
 
 def _cel_string(value: str) -> str:
@@ -224,6 +242,21 @@ _POD_RULES = [
 ]
 
 
+def namespace_selector(settings: WebhookSettings) -> dict[str, Any]:
+    """Every namespace but the excluded ones and those labelled for opt-out."""
+    return {
+        "matchExpressions": [
+            {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": excluded_namespaces(settings),
+            },
+            # Opt-out label for admins: `kubectl label ns X gpushare.io/webhook=exclude`.
+            {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": [OPT_OUT_VALUE]},
+        ]
+    }
+
+
 def _common_webhook(
     settings: WebhookSettings, name: str, path: str, rules: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
@@ -236,17 +269,7 @@ def _common_webhook(
         "matchPolicy": "Equivalent",
         "clientConfig": _client_config(settings, path),
         "rules": rules if rules is not None else _POD_RULES,
-        "namespaceSelector": {
-            "matchExpressions": [
-                {
-                    "key": "kubernetes.io/metadata.name",
-                    "operator": "NotIn",
-                    "values": excluded_namespaces(settings),
-                },
-                # Opt-out label for admins: `kubectl label ns X gpushare.io/webhook=exclude`.
-                {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": [OPT_OUT_VALUE]},
-            ]
-        },
+        "namespaceSelector": namespace_selector(settings),
     }
 
 
@@ -271,20 +294,31 @@ def mutating_configuration(settings: WebhookSettings) -> dict[str, Any]:
     }
 
 
-def validating_configuration(settings: WebhookSettings) -> dict[str, Any]:
-    webhook = _common_webhook(settings, VALIDATING_WEBHOOK_NAME, VALIDATE_PATH)
-    webhook["matchConditions"] = [
+def pod_match_conditions(settings: WebhookSettings) -> list[dict[str, str]]:
+    """What reaches the pod checks: no mirror pod; annotated, or asking by hand."""
+    return [
         {"name": "not-mirror-pod", "expression": not_mirror_pod_expression()},
         {
             "name": "uses-gpu-share",
             "expression": shared_gpu_pod_expression(settings.shared_resources),
         },
     ]
+
+
+def validating_configuration(settings: WebhookSettings) -> dict[str, Any]:
+    """The workload-template webhooks, and the pod webhook where ``validating_webhook``
+    is "pods"."""
+    webhooks = []
+    if settings.validating_webhook == "pods":
+        webhook = _common_webhook(settings, VALIDATING_WEBHOOK_NAME, VALIDATE_PATH)
+        webhook["matchConditions"] = pod_match_conditions(settings)
+        webhooks.append(webhook)
+    webhooks += (template_webhook(settings, t) for t in TEMPLATE_WEBHOOKS)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": _metadata(settings),
-        "webhooks": [webhook, *(template_webhook(settings, t) for t in TEMPLATE_WEBHOOKS)],
+        "webhooks": webhooks,
     }
 
 
@@ -345,12 +379,48 @@ def check_settings(settings: WebhookSettings) -> None:
         raise WebhookConfigError(
             "Name at least one shared GPU resource for the validating webhook."
         )
+    if settings.validating_webhook not in VALIDATING_WEBHOOK_CHOICES:
+        raise WebhookConfigError(
+            f"--validating-webhook {settings.validating_webhook!r} is not one of "
+            f"{', '.join(VALIDATING_WEBHOOK_CHOICES)}."
+        )
+    if not settings.safety_net_policy and settings.validating_webhook != "pods":
+        raise WebhookConfigError(
+            "Without the safety-net policy nothing re-checks pods after mutation: keep it, "
+            "or pass --validating-webhook pods."
+        )
 
 
 def webhook_configurations(settings: WebhookSettings) -> list[dict[str, Any]]:
-    """The mutating and validating configuration, in the order to apply them."""
+    """The mutating and validating webhook configuration, in the order to apply them;
+    the validating one only when it holds a webhook."""
     check_settings(settings)
-    return [mutating_configuration(settings), validating_configuration(settings)]
+    documents = [mutating_configuration(settings)]
+    if settings.validating_webhook != "none":
+        documents.append(validating_configuration(settings))
+    return documents
+
+
+def safety_net_settings(settings: WebhookSettings) -> SafetyNetSettings:
+    """The safety-net policy's share of the webhook settings: name, filters, failurePolicy."""
+    return SafetyNetSettings(
+        name=settings.name,
+        failure_policy=settings.failure_policy,
+        namespace_selector=namespace_selector(settings),
+        match_conditions=pod_match_conditions(settings),
+        validation_actions=settings.validation_actions,
+        labels=settings.labels,
+    )
+
+
+def admission_configurations(
+    settings: WebhookSettings, policies: PolicySet
+) -> list[dict[str, Any]]:
+    """Everything `gpushare webhook-config` prints, in the order to apply it: the mutating
+    configuration, the safety-net policy and its binding, the validating configuration."""
+    webhooks = webhook_configurations(settings)
+    net = safety_net(safety_net_settings(settings), policies) if settings.safety_net_policy else []
+    return [webhooks[0], *net, *webhooks[1:]]
 
 
 def render_yaml(documents: Sequence[dict[str, Any]]) -> str:

@@ -21,15 +21,17 @@ from webhook.install.certs import (
     service_dns_names,
     write_certificates,
 )
+from webhook.install.validating_policy import DEFAULT_VALIDATION_ACTIONS, VALIDATION_ACTIONS
 from webhook.install.webhook_config import (
     DEFAULT_SHARED_RESOURCES,
     DEFAULT_TIMEOUT_SECONDS,
     FAILURE_POLICIES,
+    VALIDATING_WEBHOOK_CHOICES,
     ServiceTarget,
     UrlTarget,
     WebhookSettings,
+    admission_configurations,
     render_yaml,
-    webhook_configurations,
 )
 from webhook.server.serve_command import POLICIES_HELP, add_serve, positive_int
 
@@ -177,10 +179,14 @@ def run_cluster_certs(args: argparse.Namespace) -> int:
 def _add_webhook_config(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "webhook-config",
-        help="print the Mutating/ValidatingWebhookConfiguration YAML",
+        help="print the webhook configurations and the safety-net policy YAML",
         description=(
-            "Print a MutatingWebhookConfiguration and a ValidatingWebhookConfiguration "
-            "(admissionregistration.k8s.io/v1) for `kubectl apply -f -`."
+            "Print, for `kubectl apply -f -` (admissionregistration.k8s.io/v1): the "
+            "MutatingWebhookConfiguration; the ValidatingAdmissionPolicy and binding that "
+            "re-check pods inside the apiserver after mutation (the safety net, CEL, built "
+            "from --policies: regenerate after editing them); and the "
+            "ValidatingWebhookConfiguration for workload templates (and pods with "
+            "--validating-webhook pods)."
         ),
     )
     parser.add_argument(
@@ -220,7 +226,31 @@ def _add_webhook_config(subparsers: Subparsers) -> None:
         help="the policies the webhook serves: their shared resources and excluded namespaces "
         "go into the configurations; " + POLICIES_HELP,
     )
-    parser.add_argument("--name", default="gpushare", help="name of both configurations")
+    parser.add_argument(
+        "--validating-webhook",
+        choices=VALIDATING_WEBHOOK_CHOICES,
+        default="workloads",
+        help="what the validating webhook checks: workloads (pod templates of Deployments, "
+        "Jobs, ...; failurePolicy Ignore), pods (those and every pod, for the checks CEL "
+        "cannot make: a second webhook call per pod), none (default: workloads)",
+    )
+    parser.add_argument(
+        "--safety-net-policy",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="print the ValidatingAdmissionPolicy and binding (default: yes; "
+        "--no-safety-net-policy needs --validating-webhook pods)",
+    )
+    parser.add_argument(
+        "--validation-action",
+        action="append",
+        choices=VALIDATION_ACTIONS,
+        default=[],
+        metavar="ACTION",
+        help="the binding's validationActions, repeatable: Deny, or Warn and Audit to try the "
+        f"policy out first (default: {', '.join(DEFAULT_VALIDATION_ACTIONS)})",
+    )
+    parser.add_argument("--name", default="gpushare", help="name of every object printed")
     parser.set_defaults(func=run_webhook_config)
 
 
@@ -256,9 +286,12 @@ def run_webhook_config(args: argparse.Namespace) -> int:
         excluded_namespaces=tuple(excluded),
         shared_resources=tuple(dict.fromkeys(shared)) or DEFAULT_SHARED_RESOURCES,
         name=args.name,
+        validating_webhook=args.validating_webhook,
+        safety_net_policy=args.safety_net_policy,
+        validation_actions=tuple(args.validation_action) or DEFAULT_VALIDATION_ACTIONS,
     )
     try:
-        documents = webhook_configurations(settings)
+        documents = admission_configurations(settings, policies)
     except GpushareError as error:
         print(f"gpushare webhook-config: {error}", file=sys.stderr)
         return EXIT_USAGE
