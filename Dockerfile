@@ -1,39 +1,53 @@
 # syntax=docker/dockerfile:1
-# The gpushare admission webhook: gunicorn serving webhook.server over TLS.
+# The gpushare image: the admission webhook (gunicorn serving webhook.server over TLS) by
+# default, and `gpushare mps-daemon` / `gpushare certs` with another command.
 #
-#   docker build -t gpushare .
-#   docker run --rm -p 8443:8443 -v "$PWD/certs:/etc/gpushare/tls:ro" gpushare
+#   docker build -t gpushare:0.1.0 .                  # stock python slim base (a registry)
+#   scripts/image                                     # no registry: a base from the Debian
+#                                                     # mirror, built with buildah (README)
+#   docker run --rm -p 8443:8443 -v "$PWD/certs:/etc/gpushare/tls:ro" gpushare:0.1.0
+#
+# BASE is any image with a Python 3.11+ interpreter as `python3` that has the venv module
+# (python:3.11-slim-bookworm, or Debian with python3 and python3-venv). Both stages use it:
+# the virtual environment built in the first is copied into the second, and its interpreter
+# link must point at the same python3 there.
 #
 # Settings are GPUSHARE_* variables (webhook/server/settings.py), the same ones
 # `gpushare serve` passes to gunicorn. Mount the TLS Secret (tls.crt, tls.key) at
 # /etc/gpushare/tls and, to replace the bundled policies, a ConfigMap at
 # /etc/gpushare/policies; both are reloaded when Kubernetes updates the mount.
-# With readOnlyRootFilesystem, mount an emptyDir at /tmp (Prometheus multiprocess files).
+# With readOnlyRootFilesystem, mount an emptyDir at /tmp (Prometheus multiprocess files and
+# the workers' shared last-good policies).
 
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG BASE=python:3.11-slim-bookworm
 
-FROM ${PYTHON_IMAGE} AS builder
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+FROM ${BASE} AS builder
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
+RUN python3 -m venv /opt/gpushare
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# The dependencies first, in a layer of their own, so a source change rebuilds in seconds
+# (buildah bud --layers, docker build) instead of downloading them again. Every one ships
+# binary wheels for linux amd64/arm64: no compiler in either stage, and pip fails loudly if
+# that ever changes.
+COPY pyproject.toml ./
+RUN python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' > /tmp/requirements.txt \
+    && /opt/gpushare/bin/pip install --only-binary=:all: --requirement /tmp/requirements.txt
+COPY README.md ./
 COPY webhook ./webhook
-# Every dependency ships binary wheels for linux amd64/arm64, so no compiler is needed
-# here either; `pip wheel` fails loudly if that ever changes.
-RUN pip wheel --wheel-dir /wheels --only-binary=:all: .
+# Then the project itself; the installers go, so the image cannot install anything.
+RUN /opt/gpushare/bin/pip install --no-deps . \
+    && /opt/gpushare/bin/python -m pip uninstall --yes --quiet pip setuptools
 
-FROM ${PYTHON_IMAGE}
-ENV PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels gpushare \
-    && mkdir -p /etc/gpushare/tls
+FROM ${BASE}
+COPY --from=builder /opt/gpushare /opt/gpushare
 COPY policies/ /etc/gpushare/policies/
 
 # MALLOC_ARENA_MAX: glibc's per-thread heaps would keep a large request's memory spread
 # out after it is done (webhook/server/serve.py sets the same for `gpushare serve`).
-ENV GPUSHARE_HOST=0.0.0.0 \
+ENV PATH=/opt/gpushare/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    GPUSHARE_HOST=0.0.0.0 \
     GPUSHARE_PORT=8443 \
     GPUSHARE_TLS_CERT=/etc/gpushare/tls/tls.crt \
     GPUSHARE_TLS_KEY=/etc/gpushare/tls/tls.key \
