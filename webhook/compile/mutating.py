@@ -1,0 +1,403 @@
+"""The MutatingAdmissionPolicy (admissionregistration.k8s.io/v1) of one gpushare policy, and
+its binding.
+
+One JSONPatch mutation builds, from ``plan.PlanCel``'s variables, the ops the webhook's
+patch would make: the GPU resource in limits and requests, the nodeSelector (JSONPatch:
+``pod.spec.nodeSelector`` is atomic, so ApplyConfiguration would replace it whole), the node
+affinity of an ask sized by the nodes' GPU memory, env (appended when absent, enforced
+values replaced in place), the MPS daemon's volume, mount and hostIPC, the policy's
+injections and the ``gpushare.io/applied`` record. A pod with problems gets no op: the
+validating policy denies it.
+
+JSONPatch ``add`` needs the parent to exist, so each op adds the whole missing map or list
+where the pod has none. Every op writes the planned value, and env or list items are added
+only when absent, so running again on its own output changes nothing:
+``reinvocationPolicy: IfNeeded`` is safe, as for the webhook.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.compile import cel
+from webhook.compile.plan import PlanCel, V, node_memory_expression, s
+from webhook.compile.selection import governs
+from webhook.constants import (
+    APPLIED_ANNOTATION,
+    DEVICES_ANNOTATION,
+    MPS_MEMORY_LIMIT_VAR,
+    MPS_PIPE_DIRECTORY_VAR,
+    MPS_THREAD_PERCENTAGE_VAR,
+)
+from webhook.core.frameworks import JAX_FRACTION_VAR, JAX_PREALLOCATE_VAR, TF_GROWTH_VAR
+from webhook.core.modes.mps_daemon import PIPE_VOLUME
+from webhook.core.policy.model import Mode, Policy, PolicySet
+
+API_VERSION = "admissionregistration.k8s.io/v1"
+_AFFINITY = "/spec/affinity"
+_NODE_AFFINITY = f"{_AFFINITY}/nodeAffinity"
+_REQUIRED = f"{_NODE_AFFINITY}/requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def escape(key: str) -> str:
+    """A map key as a JSON Pointer segment (RFC 6901: ``~`` then ``/``)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def op(kind: str, path: str, value: str) -> str:
+    return f"JSONPatch{{op: {s(kind)}, path: {path}, value: {value}}}"
+
+
+def literal(value: Any) -> str:
+    """A JSON value as CEL (maps, lists, strings, ints, bools)."""
+    if isinstance(value, Mapping):
+        # CEL map literals are homogeneous: values of mixed types go in as dyn().
+        mixed = len({type(v) for v in value.values()}) > 1
+        items = [(s(str(k)), literal(v)) for k, v in value.items()]
+        return "{" + ", ".join(f"{k}: dyn({v})" if mixed else f"{k}: {v}" for k, v in items) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(literal(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return s(str(value))
+
+
+def add_to_map(parent: str, present: str, key: str, value: str) -> str:
+    """Ops setting ``parent/key`` (created with the key when ``present`` is false)."""
+    return (
+        f"({present} ? [{op('add', s(parent + '/' + escape(key)), value)}] : "
+        f"[{op('add', s(parent), '{' + s(key) + ': ' + value + '}')}])"
+    )
+
+
+def add_items(parent: str, present: str, items: str) -> str:
+    """Ops appending the CEL list ``items`` to the list at ``parent`` (which may be absent)."""
+    item_path = parent + " + '/-'"
+    return (
+        f"({present} ? {items}.map(i, {op('add', item_path, 'i')}) : "
+        f"{items}.size() > 0 ? [{op('add', parent, items)}] : [])"
+    )
+
+
+class MutatingPolicy:
+    """The mutating admission policy of ``policy`` within ``policies``."""
+
+    def __init__(self, policy: Policy, policies: PolicySet, name: str) -> None:
+        self.policy = policy
+        self.policies = policies
+        self.name = name
+        self.plan = PlanCel(policy, policies)
+        # Variables only the patch uses (lists built once, not at each use).
+        self.extra: list[tuple[str, str]] = []
+
+    # -- the ops --------------------------------------------------------------------------
+
+    def _resources(self, resource: str, count: str) -> str:
+        """``resource: count`` in the GPU container's limits and requests."""
+        container = f"{V}c"
+        path = f"{V}cpath + '/resources'"
+        both = f"{{{s(resource)}: {count}}}"
+        whole_value = f"{{'limits': {both}, 'requests': {both}}}"
+        ops = [f"(!has({container}.resources) ? [{op('add', path, whole_value)}] : [])"]
+        for section in ("limits", "requests"):
+            present = f"has({container}.resources.{section})"
+            key_path = f"{path} + {s('/' + section + '/' + escape(resource))}"
+            section_path = f"{path} + {s('/' + section)}"
+            ops.append(
+                f"(!has({container}.resources) ? [] : {present} ? "
+                f"[{op('add', key_path, count)}] : [{op('add', section_path, both)}])"
+            )
+        return " + ".join(ops)
+
+    def _node_selector(self, selector: str) -> str:
+        """The pool's labels in ``pod.spec.nodeSelector``, key by key where it exists."""
+        key_path = "'/spec/nodeSelector/' + jsonpatch.escapeKey(k)"
+        return (
+            f"(has(object.spec.nodeSelector) ? {selector}.map(k, "
+            f"{op('add', key_path, selector + '[k]')}) : "
+            f"[{op('add', s('/spec/nodeSelector'), selector)}])"
+        )
+
+    def _env_settings(self) -> list[tuple[str, str, bool, str]]:
+        """(name, CEL value, enforced, CEL condition) in the webhook's order: the mode's
+        env, the framework knobs, the policy's ``inject.env``."""
+        policy = self.policy
+        settings: list[tuple[str, str, bool, str]] = []
+        if policy.mode in (Mode.MPS, Mode.MPS_DAEMON):
+            mps = policy.mps
+            if mps.enforce_thread_percentage:
+                raw = f"int({V}fx * 100.0 * {cel.double(mps.thread_overprovision)} + {cel.EPSILON})"
+                percent = f"string({raw} < 1 ? 1 : {raw} > 100 ? 100 : {raw})"
+                settings.append((MPS_THREAD_PERCENTAGE_VAR, percent, True, "true"))
+            memories = [p.gpu_memory_mib for p in policy.pools]
+            if mps.enforce_memory_limit and any(m is not None for m in memories):
+                known = "[" + ", ".join("true" if m else "false" for m in memories) + "]"
+                sizes = "[" + ", ".join(cel.double(m or 0) for m in memories) + "]"
+                raw = f"int({V}fx * {sizes}[{V}pi])"
+                value = f"'0=' + string({raw} < 1 ? 1 : {raw}) + 'M'"
+                settings.append((MPS_MEMORY_LIMIT_VAR, value, True, f"{known}[{V}pi]"))
+            if policy.mode is Mode.MPS_DAEMON:
+                pipe = s(policy.mps_daemon.pipe_directory)
+                settings.append((MPS_PIPE_DIRECTORY_VAR, pipe, True, "true"))
+        knobs = f"!({V}jf && {V}sh <= 0)"
+        settings.append((TF_GROWTH_VAR, "'true'", False, f"{knobs} && {V}tfin"))
+        share = cel.format_ten_thousandths(f"({V}sh * 10)")
+        settings.append((JAX_FRACTION_VAR, share, False, f"{knobs} && {V}jfin"))
+        preallocate = policy.frameworks.jax.preallocate
+        if preallocate is not None:
+            settings.append(
+                (JAX_PREALLOCATE_VAR, s(str(preallocate).lower()), False, f"{knobs} && {V}jpin")
+            )
+        return settings
+
+    def _env(self, shared: bool, variable: str) -> str:
+        settings = self._env_settings() if shared else []
+        settings += [(name, s(value), False, "true") for name, value in self.policy.inject.env]
+        if not settings:
+            return "[]"
+        env = f"{V}c.env"
+        appended = " + ".join(
+            f"({condition} && !({s(name)} in {V}envn) ? "
+            f"[{{'name': {s(name)}, 'value': {value}}}] : [])"
+            for name, value, _, condition in settings
+        )
+        self.extra.append((variable, appended))
+        ops = [add_items(f"{V}cpath + '/env'", f"has({env})", f"{V}{variable}")]
+        for name, value, enforced, condition in settings:
+            if not enforced:
+                continue
+            wanted = f"{{'name': {s(name)}, 'value': {value}}}"
+            stale = (
+                f"{env}[j].name == {s(name)} && !(has({env}[j].value) && "
+                f"{env}[j].value == {value} && !has({env}[j].valueFrom))"
+            )
+            item_path = f"{V}cpath + '/env/' + string(j)"
+            ops.append(
+                f"({condition} && has({env}) ? lists.range(size({env})).filter(j, {stale})"
+                f".map(j, {op('replace', item_path, wanted)}) : [])"
+            )
+        return " + ".join(ops)
+
+    def _affinity(self) -> str:
+        """``mode_edits.require_gpu_memory``: the requirement in every node selector term."""
+        self.extra.append(("nexp", node_memory_expression()))
+        expression = f"{V}nexp"
+        terms = "[{'matchExpressions': [" + expression + "]}]"
+        spec = "object.spec"
+        required = f"{spec}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        term = f"{required}.nodeSelectorTerms[i]"
+        present = (
+            f"has({term}.matchExpressions) && {term}.matchExpressions.exists(e, "
+            f"e.key == 'nvidia.com/gpu.memory' && e.operator == 'Gt' && "
+            f"e.values == [string({V}nm - 1)])"
+        )
+        expressions_path = (
+            f"{s(_REQUIRED + '/nodeSelectorTerms/')} + string(i) + '/matchExpressions'"
+        )
+        append = " + '/-'"
+        each_term = (
+            f"lists.range(size({required}.nodeSelectorTerms)).filter(i, !({present}))"
+            f".map(i, has({term}.matchExpressions) ? "
+            f"{op('add', expressions_path + append, expression)} : "
+            f"{op('add', expressions_path, '[' + expression + ']')})"
+        )
+        required_value = "{'nodeSelectorTerms': " + terms + "}"
+        node_value = "{'requiredDuringSchedulingIgnoredDuringExecution': " + required_value + "}"
+        return (
+            f"(!{V}bn ? [] : !has({spec}.affinity) ? "
+            f"[{op('add', s(_AFFINITY), '{' + s('nodeAffinity') + ': ' + node_value + '}')}] : "
+            f"!has({spec}.affinity.nodeAffinity) ? [{op('add', s(_NODE_AFFINITY), node_value)}] : "
+            f"!has({required}) ? [{op('add', s(_REQUIRED), required_value)}] : "
+            f"size({required}.nodeSelectorTerms) == 0 ? "
+            f"[{op('add', s(_REQUIRED + '/nodeSelectorTerms'), terms)}] : {each_term})"
+        )
+
+    def _mps_daemon(self) -> str:
+        policy = self.policy
+        if policy.mode is not Mode.MPS_DAEMON:
+            return "[]"
+        pipe = policy.mps_daemon.pipe_directory
+        volume = literal({"name": PIPE_VOLUME, "hostPath": {"path": pipe, "type": "Directory"}})
+        mount = literal({"name": PIPE_VOLUME, "mountPath": pipe})
+        volumes = "object.spec.volumes"
+        has_volume = f"has({volumes}) && {volumes}.exists(v, v.name == {s(PIPE_VOLUME)})"
+        add_volume = add_items(s("/spec/volumes"), f"has({volumes})", f"[{volume}]")
+        mounts_path = f"{V}cpath + '/volumeMounts'"
+        add_mount = add_items(mounts_path, f"has({V}c.volumeMounts)", f"[{mount}]")
+        ops = [
+            f"({has_volume} ? [] : {add_volume})",
+            f"({V}mount_same ? [] : {add_mount})",
+        ]
+        if policy.mps_daemon.host_ipc:
+            ops.append(
+                "(has(object.spec.hostIPC) && object.spec.hostIPC ? [] : "
+                f"[{op('add', s('/spec/hostIPC'), 'true')}])"
+            )
+        return " + ".join(ops)
+
+    def _injections(self) -> str:
+        inject = self.policy.inject
+        ops: list[str] = []
+        if inject.labels:
+            labels = literal(dict(inject.labels))
+            key_path = "'/metadata/labels/' + jsonpatch.escapeKey(k)"
+            ops.append(
+                f"(has(object.metadata.labels) ? {labels}.map(k, "
+                f"{op('add', key_path, labels + '[k]')}) : "
+                f"[{op('add', s('/metadata/labels'), labels)}])"
+            )
+        for key, value in inject.annotations.items():
+            ops.append(f"[{op('add', s('/metadata/annotations/' + escape(key)), s(value))}]")
+        if inject.tolerations:
+            missing = " + ".join(
+                f"({self._has_toleration(t)} ? [] : [{literal(dict(t))}])"
+                for t in inject.tolerations
+            )
+            self.extra.append(("tols", missing))
+            ops.append(
+                add_items(s("/spec/tolerations"), "has(object.spec.tolerations)", f"{V}tols")
+            )
+        return " + ".join(ops) if ops else "[]"
+
+    @staticmethod
+    def _has_toleration(toleration: Mapping[str, Any]) -> str:
+        """The pod already holds exactly ``toleration`` (the webhook compares dicts)."""
+        checks = []
+        for field in ("key", "operator", "value", "effect", "tolerationSeconds"):
+            if field in toleration:
+                checks.append(f"has(t.{field}) && t.{field} == {literal(toleration[field])}")
+            else:
+                checks.append(f"!has(t.{field})")
+        return (
+            "has(object.spec.tolerations) && object.spec.tolerations.exists(t, "
+            + " && ".join(checks)
+            + ")"
+        )
+
+    def _record(self, whole: bool) -> str:
+        """The ``gpushare.io/applied`` JSON, keys sorted and compact as orjson writes it."""
+        policy = self.policy
+        head = '\'{"container":"\' + ' + f"{V}c.name + "
+        tail_fields = (
+            f'"policy":{json.dumps(policy.name)},"policyVersion":{json.dumps(policy.version)},'
+        )
+        if whole:
+            whole_gpus = policy.whole_gpus
+            return (
+                head
+                + '\'","gpus":\' + string(int('
+                + f"{V}f)) + "
+                + s(',"mode":"whole-gpu",' + tail_fields)
+                + " + "
+                + s(f'"resource":{json.dumps(whole_gpus.resource_name)}}}')
+            )
+        pools = cel.strings(p.name for p in self.policy.pools)
+        return (
+            head
+            + '\'","fraction":"\' + '
+            + f"{V}ff + "
+            + s(f'","mode":{json.dumps(policy.mode.value)},')
+            + f" + ({V}bn ? '\"nodeGpuMemory\":\"' + string({V}nm) + 'Mi\",' : '') + "
+            + s(tail_fields + '"pool":"')
+            + f" + {pools}[{V}pi] + "
+            + s(f'","resource":{json.dumps(policy.resource_name)},"slots":')
+            + f" + string({V}slots) + '}}'"
+        )
+
+    def patch(self) -> str:
+        """The JSONPatch expression: no op for a pod with problems."""
+        policy = self.policy
+        whole = policy.whole_gpus
+        record = s("/metadata/annotations/" + escape(APPLIED_ANNOTATION))
+        self.extra.clear()
+        selectors = "[" + ", ".join(literal(m) for m in self.plan.pool_selectors()) + "]"
+        self.extra.append(("sel", f"{selectors}[{V}pi]"))
+        shared = " + ".join(
+            [
+                self._resources(policy.resource_name, f"string({V}slots)"),
+                self._node_selector(f"{V}sel"),
+                self._affinity(),
+                self._env(shared=True, variable="envadd"),
+                self._mps_daemon(),
+                self._injections(),
+                f"[{op('add', record, self._record(whole=False))}]",
+            ]
+        )
+        whole_ops = [self._resources(whole.resource_name, f"string(int({V}f))")]
+        if whole.node_selector:
+            whole_ops.append(self._node_selector(literal(dict(whole.node_selector))))
+        whole_env = self._env(shared=False, variable="envaddw")
+        whole_ops += [
+            whole_env,
+            self._injections(),
+            f"[{op('add', record, self._record(whole=True))}]",
+        ]
+        return (
+            f"{V}bad.size() > 0 || {V}problems.size() > 0 ? [] : {V}whole ? "
+            f"{' + '.join(whole_ops)} : {shared}"
+        )
+
+    # -- the documents --------------------------------------------------------------------
+
+    def documents(
+        self, match_conditions: list[dict[str, str]], namespace_selector: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        policy = self.policy
+        conditions = [
+            *match_conditions,
+            {
+                "name": "no-devices-annotation",
+                "expression": f"!({s(DEVICES_ANNOTATION)} in object.metadata.annotations)",
+            },
+            {"name": "governed-by-policy", "expression": governs(policy, self.policies)},
+        ]
+        spec = {
+            "paramKind": None,
+            "matchConstraints": _match_constraints(),
+            "matchConditions": conditions,
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "IfNeeded",
+            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": self.patch()}}],
+        }
+        variables = [*self.plan.variables, *dict(self.extra).items()]
+        spec["variables"] = [{"name": n, "expression": e} for n, e in variables]
+        del spec["paramKind"]
+        return [
+            {
+                "apiVersion": API_VERSION,
+                "kind": "MutatingAdmissionPolicy",
+                "metadata": {"name": self.name, "labels": _labels(policy)},
+                "spec": spec,
+            },
+            {
+                "apiVersion": API_VERSION,
+                "kind": "MutatingAdmissionPolicyBinding",
+                "metadata": {"name": self.name, "labels": _labels(policy)},
+                "spec": {
+                    "policyName": self.name,
+                    "matchResources": {"namespaceSelector": namespace_selector},
+                },
+            },
+        ]
+
+
+def _match_constraints() -> dict[str, Any]:
+    return {
+        "resourceRules": [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE"],
+                "resources": ["pods"],
+            }
+        ],
+        "matchPolicy": "Equivalent",
+    }
+
+
+def _labels(policy: Policy) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "gpushare", "gpushare.io/policy": policy.name}
