@@ -1,10 +1,12 @@
 """gpushare registered with the apiserver, and knowing when a registration is in force.
 
-`Registration` applies (server-side apply) and deletes the configurations `gpushare
-webhook-config` prints. The apiserver picks webhook configurations up through an informer,
-a moment after the write, so only polling tells when one is in force: `probe()` asks with
-two server-side dry runs (an annotated pod, and a pod asking for the shared resource by
-hand) what the apiserver does right now, and every change of registration waits on it.
+`Registration` applies (server-side apply) and deletes what `gpushare webhook-config`
+prints: the webhook configurations and the safety-net ValidatingAdmissionPolicy with its
+binding. The apiserver picks them up through informers, a moment after the write (about a
+second for admission policies, which it compiles), so only polling tells when one is in
+force: `probe()` asks with two server-side dry runs (an annotated pod, and a pod asking for
+the shared resource by hand) what the apiserver does right now, and every change of
+registration waits on it.
 `GpushareWebhook` ties a running `WebhookServer` to its registration in one control plane.
 """
 
@@ -28,22 +30,35 @@ from webhook.constants import APPLIED_ANNOTATION, FRACTION_ANNOTATION
 SHARED_RESOURCE = "nvidia.com/gpu.shared"
 MUTATING_WEBHOOK = "mutate.gpushare.io"
 VALIDATING_WEBHOOK = "validate.gpushare.io"
+SAFETY_NET_POLICY = "gpushare"
+# How the apiserver words a denial by a ValidatingAdmissionPolicy (k8s.io/apiserver,
+# pkg/admission/plugin/policy/validating/dispatcher.go).
+SAFETY_NET_DENIAL = (
+    f"ValidatingAdmissionPolicy '{SAFETY_NET_POLICY}' with binding '{SAFETY_NET_POLICY}' "
+    "denied request: "
+)
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 FIELD_MANAGER = "gpushare-e2e"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # never pulled: there is no kubelet
 
 
 def excluded_namespaces(documents: Sequence[Mapping[str, Any]]) -> set[str]:
-    """The namespaces the configurations' namespaceSelector keeps away from the webhook."""
+    """The namespaces the namespaceSelectors (of every webhook and of the safety-net
+    policy) keep away from gpushare."""
+    selectors = [w["namespaceSelector"] for d in documents for w in d.get("webhooks", ())]
+    selectors += [
+        d["spec"]["matchConstraints"]["namespaceSelector"]
+        for d in documents
+        if d["kind"] == "ValidatingAdmissionPolicy"
+    ]
     names: set[str] = set()
-    for document in documents:
-        for webhook in document["webhooks"]:
-            for expression in webhook["namespaceSelector"].get("matchExpressions", []):
-                if (
-                    expression["key"] == "kubernetes.io/metadata.name"
-                    and expression["operator"] == "NotIn"
-                ):
-                    names.update(expression["values"])
+    for selector in selectors:
+        for expression in selector.get("matchExpressions", []):
+            if (
+                expression["key"] == "kubernetes.io/metadata.name"
+                and expression["operator"] == "NotIn"
+            ):
+                names.update(expression["values"])
     return names
 
 
@@ -73,16 +88,28 @@ class Registration:
                 self._admission.patch_validating_webhook_configuration(
                     name, dict(document), **options
                 )
+            elif document["kind"] == "ValidatingAdmissionPolicy":
+                self._admission.patch_validating_admission_policy(name, dict(document), **options)
+            elif document["kind"] == "ValidatingAdmissionPolicyBinding":
+                self._admission.patch_validating_admission_policy_binding(
+                    name, dict(document), **options
+                )
             else:
-                raise ValueError(f"not a webhook configuration: {document['kind']}")
+                raise ValueError(f"not an admission configuration: {document['kind']}")
 
-    def delete(self, name: str, *, mutating: bool = True, validating: bool = True) -> None:
-        """Delete the configurations called `name`; absent ones are fine."""
+    def delete(
+        self, name: str, *, mutating: bool = True, validating: bool = True, policy: bool = True
+    ) -> None:
+        """Delete the configurations (and the safety-net policy and binding) called `name`;
+        absent ones are fine."""
         deletes = []
         if mutating:
             deletes.append(self._admission.delete_mutating_webhook_configuration)
         if validating:
             deletes.append(self._admission.delete_validating_webhook_configuration)
+        if policy:
+            deletes.append(self._admission.delete_validating_admission_policy_binding)
+            deletes.append(self._admission.delete_validating_admission_policy)
         for delete in deletes:
             try:
                 delete(name)
@@ -157,11 +184,26 @@ def wait_for_probe(
     )
 
 
+def denied_by_safety_net(answer: str) -> bool:
+    """A probe answer: refused by the safety-net ValidatingAdmissionPolicy."""
+    return answer.startswith("rejected: ") and SAFETY_NET_DENIAL in answer
+
+
+def denied_by_validating_webhook(answer: str) -> bool:
+    """A probe answer: refused by the (opt-in) pod validating webhook."""
+    return answer.startswith(f'rejected: admission webhook "{VALIDATING_WEBHOOK}" denied')
+
+
 def registered(result: Probe) -> bool:
-    """gpushare's default registration is in force: both webhooks answer."""
-    return result.annotated == "mutated" and result.direct.startswith(
-        f'rejected: admission webhook "{VALIDATING_WEBHOOK}" denied the request'
-    )
+    """gpushare's default registration is in force: the mutating webhook answers and the
+    safety net refuses the pod asking by hand."""
+    return result.annotated == "mutated" and denied_by_safety_net(result.direct)
+
+
+def registered_with_validating_webhook(result: Probe) -> bool:
+    """The opt-in registration (`--validating-webhook pods --no-safety-net-policy`) is in
+    force: both webhooks answer."""
+    return result.annotated == "mutated" and denied_by_validating_webhook(result.direct)
 
 
 def unregistered(result: Probe) -> bool:
@@ -212,14 +254,15 @@ class GpushareWebhook:
         return wait_for_probe(self.api, self.probe_namespace, expected, what, timeout)
 
     def register(self) -> None:
-        """Apply the default registration and wait until both webhooks answer."""
+        """Apply the default registration and wait until the mutating webhook answers and
+        the safety net refuses pods asking by hand."""
         self.registration.apply(self.documents)
-        self.wait(registered, "gpushare's webhooks to be in force")
+        self.wait(registered, "gpushare's webhooks and safety-net policy to be in force")
 
     def unregister(self) -> None:
         """Delete the registration and wait until pods go through as sent."""
-        for document in self.documents:
-            self.registration.delete(document["metadata"]["name"])
+        for name in dict.fromkeys(d["metadata"]["name"] for d in self.documents):
+            self.registration.delete(name)
         self.wait(unregistered, "gpushare's webhooks to be gone")
 
     def swap(
@@ -228,8 +271,15 @@ class GpushareWebhook:
         expected: Callable[[Probe], bool],
         what: str,
         timeout: float = 30.0,
+        *,
+        drop_safety_net: bool = False,
     ) -> Probe:
-        """Apply `documents` (replacing same-named ones) and wait until `expected` holds."""
+        """Apply `documents` (replacing same-named ones) and wait until `expected` holds;
+        `drop_safety_net` first deletes the safety-net policy and binding of the same name
+        (for registrations printed with `--no-safety-net-policy`)."""
+        if drop_safety_net:
+            for name in {d["metadata"]["name"] for d in documents}:
+                self.registration.delete(name, mutating=False, validating=False)
         self.registration.apply(documents)
         return self.wait(expected, what, timeout)
 

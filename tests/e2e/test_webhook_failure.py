@@ -11,8 +11,11 @@ ordinary pods away from the webhook, so an outage never blocks them.
 What really happens under Ignore, measured here: the annotated pod is admitted exactly as
 written: no GPU resource, no node selector, no limits; the annotation alone does nothing.
 That is why gpushare's default is Fail, made safe by matchConditions. With the mutating
-webhook failing open but the validating webhook up, the validating webhook refuses the
-unmutated annotated pod, so nothing runs without its limits.
+webhook failing open, the safety net (the ValidatingAdmissionPolicy evaluated inside the
+apiserver, which no outage of the webhook takes down) or the opt-in validating webhook, if
+up, refuses the unmutated annotated pod, so nothing runs without its limits. The tests of
+what Ignore alone does register the webhooks without the safety net
+(`--validating-webhook pods --no-safety-net-policy`).
 """
 
 from __future__ import annotations
@@ -30,15 +33,19 @@ from harness.api import as_json, create_pod, status_message
 from harness.controlplane import ControlPlane
 from harness.registration import (
     MUTATING_WEBHOOK,
+    SAFETY_NET_DENIAL,
     SHARED_RESOURCE,
     VALIDATING_WEBHOOK,
     GpushareWebhook,
     Probe,
+    denied_by_safety_net,
 )
 from webhook.constants import (
     APPLIED_ANNOTATION,
 )
 
+# The webhooks alone, as before the safety net: the pod validating webhook, no policy.
+WEBHOOKS_ONLY = ("--validating-webhook", "pods", "--no-safety-net-policy")
 # The relay holds connections far longer than the webhook timeout; teardown releases them.
 SLOW_DELAY_S = 20.0
 TIMEOUT_S = 1
@@ -102,9 +109,7 @@ def test_down_with_fail_rejects_annotated_pods_and_admits_ordinary_ones(
     documents = webhook.configuration("--failure-policy", "Fail", url=dead)
     webhook.swap(
         documents,
-        lambda p: (
-            failed_call(p.annotated, MUTATING_WEBHOOK) and failed_call(p.direct, VALIDATING_WEBHOOK)
-        ),
+        lambda p: failed_call(p.annotated, MUTATING_WEBHOOK) and denied_by_safety_net(p.direct),
         "the dead registration (Fail) to be in force",
     )
 
@@ -124,12 +129,13 @@ def test_down_with_fail_rejects_annotated_pods_and_admits_ordinary_ones(
 def test_down_with_ignore_admits_annotated_pods_unmutated(
     webhook: GpushareWebhook, control_plane: ControlPlane, namespace: str
 ) -> None:
-    """Both webhooks down and Ignore: the annotated pod is stored exactly as written.
+    """Both webhooks down and Ignore, no safety net: the annotated pod is stored exactly as
+    written.
 
     The client gets no error and no warning; only the apiserver's log says it failed open.
     """
     dead = f"https://127.0.0.1:{closed_port()}"
-    documents = webhook.configuration("--failure-policy", "Ignore", url=dead)
+    documents = webhook.configuration("--failure-policy", "Ignore", *WEBHOOKS_ONLY, url=dead)
     assert {w["failurePolicy"] for d in documents for w in d["webhooks"]} == {"Ignore"}
     webhook.swap(
         documents,
@@ -138,6 +144,7 @@ def test_down_with_ignore_admits_annotated_pods_unmutated(
             and failed_open(control_plane, MUTATING_WEBHOOK, dead)
         ),
         "the dead registration (Ignore) to be in force",
+        drop_safety_net=True,
     )
     pod = annotated_pod("annotated")
 
@@ -149,37 +156,42 @@ def test_down_with_ignore_admits_annotated_pods_unmutated(
     assert failed_open(control_plane, VALIDATING_WEBHOOK, dead)
 
 
-def test_mutating_down_with_ignore_is_caught_by_the_validating_webhook(
-    webhook: GpushareWebhook, namespace: str
+@pytest.mark.parametrize("checker", ["safety net", "validating webhook"])
+def test_mutating_down_with_ignore_is_caught_after_mutation(
+    webhook: GpushareWebhook, namespace: str, checker: str
 ) -> None:
-    """Mutating webhook unreachable (Ignore), validating one up: the pod is refused.
+    """Mutating webhook unreachable (Ignore): the pod is refused all the same, by the
+    safety-net policy (the default) or by the opt-in validating webhook, if up.
 
-    The validating webhook plans the annotated pod again, finds none of the settings it
-    should carry and no gpushare.io/applied record, and denies it saying the pod was never
-    mutated: a failed-open mutation never yields a GPU pod without its limits.
+    Either finds no gpushare.io/applied record on the annotated pod and denies it saying the
+    pod was never mutated: a failed-open mutation never yields a GPU pod without its limits.
     """
     dead = f"https://127.0.0.1:{closed_port()}"
-    mutating = [
-        d
-        for d in webhook.configuration("--failure-policy", "Ignore", url=dead)
-        if d["kind"] == "MutatingWebhookConfiguration"
-    ]
-    denied_by_validation = f'rejected: admission webhook "{VALIDATING_WEBHOOK}" denied the request'
+    extra = () if checker == "safety net" else WEBHOOKS_ONLY
+    documents = webhook.configuration("--failure-policy", "Ignore", *extra, url=dead)
+    live = webhook.configuration(*extra)
+    mutating = [d for d in documents if d["kind"] == "MutatingWebhookConfiguration"]
+    others = [d for d in live if d["kind"] != "MutatingWebhookConfiguration"]
+    denied_by = (
+        SAFETY_NET_DENIAL
+        if checker == "safety net"
+        else f'admission webhook "{VALIDATING_WEBHOOK}" denied the request: '
+    )
     webhook.swap(
-        mutating,
-        lambda p: p.annotated.startswith(denied_by_validation),
-        "the dead mutating webhook (Ignore) next to the live validating one",
+        [*mutating, *others],
+        lambda p: p.annotated.startswith("rejected: ") and denied_by in p.annotated,
+        f"the dead mutating webhook (Ignore) next to the live {checker}",
+        drop_safety_net=checker != "safety net",
     )
 
     with pytest.raises(ApiException) as caught:
         create_pod(webhook.api, namespace, annotated_pod("annotated"))
 
     message = status_message(caught.value)
-    assert message.startswith(denied_by_validation.removeprefix("rejected: "))
-    assert "This pod asks for a GPU share but was never mutated by gpushare" in message
+    assert denied_by + "This pod asks for a GPU share but was never mutated by gpushare" in message
     assert caught.value.status == 403
     decisions = [(e["endpoint"], e["decision"]) for e in webhook.server.admissions(namespace)]
-    assert decisions == [("validate", "denied")]
+    assert decisions == ([] if checker == "safety net" else [("validate", "denied")])
 
 
 # -- slow -----------------------------------------------------------------------------------
@@ -237,7 +249,7 @@ def test_slower_than_timeout_with_ignore_is_admitted_unmutated(
     """timeoutSeconds 1, Ignore: admitted as written once both calls have timed out."""
     url = f"https://127.0.0.1:{slow_path.port}"
     documents = webhook.configuration(
-        "--failure-policy", "Ignore", "--timeout", str(TIMEOUT_S), url=url
+        "--failure-policy", "Ignore", "--timeout", str(TIMEOUT_S), *WEBHOOKS_ONLY, url=url
     )
     webhook.swap(
         documents,
@@ -246,6 +258,7 @@ def test_slower_than_timeout_with_ignore_is_admitted_unmutated(
         ),
         "the slow registration (Ignore) to be in force",
         timeout=60,
+        drop_safety_net=True,
     )
     pod = annotated_pod("annotated")
 
