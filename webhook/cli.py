@@ -239,11 +239,13 @@ def package_version() -> str:
 
 def _add_plugged_commands(commands: Any) -> None:
     """Server and node commands live with their edges, imported only when the CLI is built."""
+    from webhook.compile.command import add_compile_command
     from webhook.node.commands import add_node_commands
     from webhook.server.commands import add_server_commands
 
     add_server_commands(commands)
     add_node_commands(commands)
+    add_compile_command(commands)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

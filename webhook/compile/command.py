@@ -1,0 +1,56 @@
+"""``gpushare compile``: the CLI edge of the compiler (read policies, print YAML, say what is
+left out); the compiler itself is pure (``webhook.compile``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from webhook.compile import compile_policies, notes
+from webhook.core import default_policies_path, load_policies
+
+DESCRIPTION = """\
+Compile the YAML policies into Kubernetes admission policies (admissionregistration.k8s.io/v1,
+Kubernetes 1.36+): per policy a MutatingAdmissionPolicy doing the webhook's mutation, a
+ValidatingAdmissionPolicy giving its denials, and their bindings. Apply the output with
+kubectl apply -f and no webhook is in the pod path. What CEL cannot do as the webhook does is
+refused (exit 2, one line per policy field saying why); what is only left out (admission
+warnings) is listed on stderr.
+"""
+
+
+def run_compile(args: argparse.Namespace) -> int:
+    policies = load_policies(args.policies or default_policies_path())
+    documents = compile_policies(policies)
+    text = yaml.safe_dump_all(documents, sort_keys=False, width=1 << 20)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        args.output.write_text(text, encoding="utf-8")
+    for note in notes(policies):
+        print(f"note: {note}", file=sys.stderr)
+    return 0
+
+
+def add_compile_command(commands: Any) -> None:
+    parser = commands.add_parser(
+        "compile",
+        help="compile the policies into Mutating/ValidatingAdmissionPolicies (no webhook)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--policies",
+        metavar="PATH",
+        type=Path,
+        default=None,
+        help="policy file or directory (default: as gpushare serve finds them)",
+    )
+    parser.add_argument(
+        "-o", "--output", metavar="FILE", type=Path, default=None, help="write here, not stdout"
+    )
+    parser.set_defaults(func=run_compile)
