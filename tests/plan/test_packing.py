@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.plan.packing import Item, Packing, first_fit_decreasing, lower_bound
+from webhook.plan.packing import Item, Packing, ffd_order, first_fit_decreasing, lower_bound
 
 
 def contents(packing: Packing) -> list[list[tuple[str, int]]]:
@@ -70,11 +70,9 @@ def test_lower_bound_takes_the_tightest_dimension() -> None:
 
 def naive_ffd(capacity: tuple[int, ...], items: list[Item]) -> list[list[tuple[str, int]]]:
     """FFD one item at a time with a linear scan: the reference."""
-    from webhook.plan.packing import _order
-
     free: list[list[int]] = []
     bins: list[list[tuple[str, int]]] = []
-    for item in sorted(items, key=lambda i: _order(capacity, i)):
+    for item in ffd_order(capacity, items):
         for _ in range(item.count):
             target = next(
                 (

@@ -172,13 +172,18 @@ def outcome(scheme: Scheme, fates: Sequence[Fate]) -> SchemeOutcome:
     groups: dict[str, list[tuple[Demand, int, str]]] = defaultdict(list)
     denied, not_modelled, untouched = [], [], []
     modes: dict[str, None] = {}
+    checked: dict[int, str] = {}
     for fate in fates:
         count, name = fate.workload.count, fate.workload.name
         if count == 0:
             continue
         if fate.mode:
             modes[fate.mode] = None
-        too_big = fate.demand is not None and _too_big(fate.demand)
+        too_big = ""
+        if fate.demand is not None:
+            if id(fate.demand) not in checked:  # equal workloads share one demand
+                checked[id(fate.demand)] = _too_big(fate.demand)
+            too_big = checked[id(fate.demand)]
         if fate.demand is not None and too_big:
             denied.append(NotServed(name, count, (too_big,)))
         elif fate.demand is not None:

@@ -54,6 +54,18 @@ class Fate:
     policy: str | None = None
     mode: str | None = None
 
+    def of(self, workload: Workload) -> Fate:
+        """The same fate for another workload with equal pods (faster than ``replace``)."""
+        return Fate(
+            workload,
+            self.demand,
+            self.not_modelled,
+            self.denied,
+            self.untouched,
+            self.policy,
+            self.mode,
+        )
+
 
 def everywhere(policy: Policy) -> Policy:
     """The policy, matching every namespace and pod (excluded namespaces aside)."""
@@ -111,5 +123,5 @@ def fates(scheme: Scheme, workloads: Sequence[Workload], gpus_per_node: int) -> 
             decision = _decide(workload, scheme.policies)
             known = _fate(workload, decision, gpus_per_node)
             decided[key] = known
-        result.append(dataclasses.replace(known, workload=workload))
+        result.append(known if known.workload is workload else known.of(workload))
     return result

@@ -8,6 +8,7 @@ mutate`` and the validating webhook check it (``webhook.core.check_template``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,7 @@ class Workload:
     source: str  # file:line, csv:line, or cluster
     kind: WorkloadKind | None = None
 
-    @property
+    @functools.cached_property
     def same_pods_key(self) -> bytes:
         """Workloads with equal keys get equal decisions, so each is decided once per scheme.
 
