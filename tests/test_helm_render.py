@@ -1,0 +1,458 @@
+"""deploy/helm/gpushare rendered by the real Helm (built from helm.sh/helm/v3 by
+harness/tools/helm/build.sh): `helm lint`, `helm template` with several values files, the
+webhook configurations equal to `gpushare webhook-config`'s, and bad values refused by
+values.schema.json with the message checked. Applying the chart to a real apiserver is
+tests/e2e/test_helm_chart.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness.cli import gpushare
+from harness.helm import CHART, HelmBuildError, helm_binary, run_helm, template_args
+from webhook.install.certs import certificate_pem, create_ca
+
+REPO = Path(__file__).resolve().parents[1]
+VALUES = REPO / "tests/helm_values"
+NAMESPACE = "gpushare-system"
+HELM_ONLY_LABELS = {
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/version",
+    "helm.sh/chart",
+}
+WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    """The Helm binary; a failed build fails the tests (never skipped: Go is required)."""
+    try:
+        return helm_binary()
+    except HelmBuildError as error:
+        pytest.fail(str(error), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def helm_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("helm-home")
+
+
+def render(
+    helm: Path, home: Path, *values: Path, sets: tuple[str, ...] = (), namespace: str = NAMESPACE
+) -> list[dict[str, Any]]:
+    result = run_helm(helm, *template_args("gpushare", namespace, values, sets), home=home)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def refused(helm: Path, home: Path, *sets: str) -> str:
+    result = run_helm(helm, *template_args(sets=sets), home=home)
+    assert result.returncode == 1 and result.stdout == "", result.stdout
+    assert "values don't meet the specifications of the schema" in result.stderr
+    return result.stderr
+
+
+def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    matches = [
+        d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    ]
+    assert len(matches) == 1, [(d["kind"], d["metadata"]["name"]) for d in docs]
+    return matches[0]
+
+
+def comparable(document: dict[str, Any]) -> dict[str, Any]:
+    """An admission object without caBundle, cert-manager's annotation and Helm's labels."""
+    labels = {k: v for k, v in document["metadata"]["labels"].items() if k not in HELM_ONLY_LABELS}
+    labels.pop("app.kubernetes.io/part-of", None)
+    metadata = {"name": document["metadata"]["name"], "labels": labels}
+    annotations = {
+        k: v
+        for k, v in document["metadata"].get("annotations", {}).items()
+        if k != "cert-manager.io/inject-ca-from"
+    }
+    if annotations:
+        metadata["annotations"] = annotations
+    result = {**document, "metadata": metadata}
+    if "webhooks" in document:
+        webhooks = []
+        for webhook in document["webhooks"]:
+            client = {k: v for k, v in webhook["clientConfig"].items() if k != "caBundle"}
+            webhooks.append({**webhook, "clientConfig": client})
+        result["webhooks"] = webhooks
+    return result
+
+
+def generator_output(tmp_path: Path, *args: str) -> str:
+    """`gpushare webhook-config --service gpushare ARGS` (any CA), as printed."""
+    if not (tmp_path / "ca.crt").exists():
+        gpushare("certs", "--service", "x", "--namespace", "y", "--out", str(tmp_path))
+    return gpushare(
+        "webhook-config", "--ca", str(tmp_path / "ca.crt"), "--service", "gpushare", *args
+    ).stdout
+
+
+def generated(tmp_path: Path, *args: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(generator_output(tmp_path, *args)) if doc]
+
+
+ADMISSION_KINDS = (
+    *WEBHOOK_KINDS,
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
+
+
+def chart_admission(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The chart's admission objects, in the generator's order."""
+    found = [comparable(d) for d in docs if d["kind"] in ADMISSION_KINDS]
+    order = {"MutatingWebhookConfiguration": 0, "ValidatingAdmissionPolicy": 1}
+    order |= {"ValidatingAdmissionPolicyBinding": 2, "ValidatingWebhookConfiguration": 3}
+    return sorted(found, key=lambda d: order[d["kind"]])
+
+
+# -- lint and the files -----------------------------------------------------------------------
+
+
+def test_helm_lint_strict_with_every_values_file(helm: Path, helm_home: Path) -> None:
+    for values in [None, *sorted(VALUES.glob("*.yaml"))]:
+        args = ["lint", "--strict", str(CHART), "--namespace", NAMESPACE]
+        if values is not None:
+            args += ["--values", str(values)]
+        if values is not None and values.name == "secret.yaml":
+            args += ["--set", "certificates.secret.caBundle=-----BEGIN CERTIFICATE-----"]
+        result = run_helm(helm, *args, home=helm_home)
+        assert result.returncode == 0, (values, result.stdout, result.stderr)
+        assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+def test_the_bundled_policies_are_a_copy_of_the_default() -> None:
+    copy = CHART / "files/policies/default.yaml"
+    assert copy.read_bytes() == (REPO / "policies/default.yaml").read_bytes()
+
+
+# -- the webhook configurations are the generator's -------------------------------------------
+
+
+def test_default_admission_objects_are_what_webhook_config_prints(
+    helm: Path, helm_home: Path, tmp_path: Path
+) -> None:
+    docs = render(helm, helm_home)
+    expected = generated(tmp_path, "--namespace", NAMESPACE)
+    assert [d["kind"] for d in expected] == [
+        "MutatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "ValidatingWebhookConfiguration",
+    ]
+    assert chart_admission(docs) == [comparable(d) for d in expected]
+    # certgen (the default): no caBundle until the patch Job writes it.
+    for document in docs:
+        if document["kind"] in WEBHOOK_KINDS:
+            assert all("caBundle" not in w["clientConfig"] for w in document["webhooks"])
+
+
+def test_other_namespace_failure_policy_pod_webhook_and_own_policies(
+    helm: Path, helm_home: Path, tmp_path: Path
+) -> None:
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    text = (REPO / "policies/default.yaml").read_text()
+    settings = "excludeNamespaces: [kube-system, kube-public, kube-node-lease, gpushare-system]"
+    assert settings in text
+    own = text.replace(
+        settings, 'excludeNamespaces: [kube-system, monitoring, "team-*", gpushare-system]'
+    )
+    (policies / "default.yaml").write_text(own)
+    args = ("--namespace", "gpu-ops", "--failure-policy", "Ignore", "--timeout", "10")
+    args += ("--shared-resource", "nvidia.com/gpu", "--validating-webhook", "pods")
+    output = tmp_path / "admission.yaml"
+    output.write_text(generator_output(tmp_path, *args, "--policies", str(policies)))
+    result = run_helm(
+        helm,
+        *template_args(namespace="gpu-ops", values=[VALUES / "production.yaml"]),
+        "--set-file",
+        f"policies.files.default\\.yaml={policies / 'default.yaml'}",
+        "--set-file",
+        f"safetyNet.generated={output}",
+        home=helm_home,
+    )
+    assert result.returncode == 0, result.stderr
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    expected = [d for d in yaml.safe_load_all(output.read_text()) if d]
+    assert chart_admission(docs) == [comparable(d) for d in expected]
+    selector = find(docs, "MutatingWebhookConfiguration")["webhooks"][0]["namespaceSelector"]
+    # The glob stays with the webhook; the release namespace is always excluded.
+    assert selector["matchExpressions"][0]["values"] == [
+        "kube-system",
+        "gpu-ops",
+        "gpushare-system",
+        "monitoring",
+    ]
+    assert find(docs, "ConfigMap", "gpushare-policies")["data"] == {"default.yaml": own}
+
+
+# -- certificates, three ways -----------------------------------------------------------------
+
+
+def test_certgen_jobs_hooks_and_rbac_limited_to_the_named_objects(
+    helm: Path, helm_home: Path
+) -> None:
+    docs = render(helm, helm_home)
+    create = find(docs, "Job", "gpushare-certgen-create")
+    patch = find(docs, "Job", "gpushare-certgen-patch")
+    assert create["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert patch["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    command = create["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:3] == ["gpushare", "certs", "--in-cluster"]
+    assert "--secret=gpushare-tls" in command and "--webhook-configuration=gpushare" in command
+    assert "--missing-ok" in command
+    assert "--missing-ok" not in patch["spec"]["template"]["spec"]["containers"][0]["command"]
+    role = find(docs, "Role", "gpushare-certgen")
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["gpushare-tls"],
+            "verbs": ["get", "update"],
+        },
+        # RBAC cannot name the object of a create: it has no name when authorised.
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+    ]
+    cluster_role = find(docs, "ClusterRole", "gpushare-certgen")
+    assert cluster_role["rules"] == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+            "resourceNames": ["gpushare"],
+            "verbs": ["get", "patch"],
+        }
+    ]
+    # The RBAC exists for both hook phases and before the Jobs (lower weight).
+    for kind in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"):
+        annotations = find(docs, kind, "gpushare-certgen")["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade,post-install,post-upgrade"
+        assert int(annotations["helm.sh/hook-weight"]) < 0
+    assert not [d for d in docs if d["kind"] == "Certificate"]
+
+
+def test_cert_manager_mode(helm: Path, helm_home: Path) -> None:
+    docs = render(helm, helm_home, VALUES / "cert-manager.yaml")
+    assert not [d for d in docs if d["kind"] in ("Job", "Issuer")]
+    certificate = find(docs, "Certificate", "gpushare-serving")
+    assert certificate["spec"]["issuerRef"] == {"kind": "ClusterIssuer", "name": "corp-ca"}
+    assert certificate["spec"]["secretName"] == "gpushare-tls"
+    assert "gpushare.gpushare-system.svc" in certificate["spec"]["dnsNames"]
+    for kind in WEBHOOK_KINDS:
+        annotations = find(docs, kind)["metadata"]["annotations"]
+        assert annotations == {"cert-manager.io/inject-ca-from": "gpushare-system/gpushare-serving"}
+    # Without an issuerRef: the self-signed CA chain of deploy/overlays/cert-manager.
+    own = render(helm, helm_home, sets=("certificates.mode=cert-manager",))
+    assert {d["metadata"]["name"] for d in own if d["kind"] == "Issuer"} == {
+        "gpushare-selfsigned",
+        "gpushare-ca",
+    }
+
+
+def test_user_supplied_secret_mode(helm: Path, helm_home: Path, tmp_path: Path) -> None:
+    pem = certificate_pem(create_ca().certificate).decode()
+    values = tmp_path / "ca.yaml"
+    values.write_text(yaml.safe_dump({"certificates": {"secret": {"caBundle": pem}}}))
+    docs = render(helm, helm_home, VALUES / "secret.yaml", values)
+    assert not [d for d in docs if d["kind"] in ("Job", "Certificate")]
+    volumes = find(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "tls", "secret": {"secretName": "my-webhook-tls"}} in volumes
+    encoded = base64.b64encode(pem.encode()).decode()
+    for kind in WEBHOOK_KINDS:
+        for webhook in find(docs, kind)["webhooks"]:
+            assert webhook["clientConfig"]["caBundle"] == encoded
+
+
+# -- the optional parts -----------------------------------------------------------------------
+
+
+def test_mps_daemon_in_its_privileged_namespace(helm: Path, helm_home: Path) -> None:
+    docs = render(helm, helm_home, VALUES / "mps-daemon.yaml")
+    namespace = find(docs, "Namespace", "gpushare-mps")
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    daemonset = find(docs, "DaemonSet", "gpushare-mps-daemon")
+    assert daemonset["metadata"]["namespace"] == "gpushare-mps"
+    terms = daemonset["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert terms[0]["matchExpressions"][0]["values"] == ["l4-mps"]
+    # The policies follow the daemon into its namespace (no cross-namespace mounts).
+    webhook_policies = find(docs, "ConfigMap", "gpushare-policies")["data"]
+    assert find(docs, "ConfigMap", "gpushare-mps-daemon-policies")["data"] == webhook_policies
+    assert not [d for d in render(helm, helm_home) if d["kind"] == "DaemonSet"]
+
+
+def test_device_plugin_configs_from_the_generator(
+    helm: Path, helm_home: Path, tmp_path: Path
+) -> None:
+    values = tmp_path / "dp.yaml"
+    gpushare(
+        "device-plugin-config",
+        "--policies",
+        str(REPO / "policies/examples/mps-daemon.yaml"),
+        "--format",
+        "helm-values",
+        "--out",
+        str(values),
+    )
+    configmap = yaml.safe_load(
+        gpushare(
+            "device-plugin-config", "--policies", str(REPO / "policies/examples/mps-daemon.yaml")
+        ).stdout
+    )
+    docs = render(helm, helm_home, values)
+    rendered = find(docs, "ConfigMap", "gpushare-device-plugin-configs")
+    assert rendered["metadata"]["namespace"] == "gpu-operator"
+    assert rendered["data"] == configmap["data"]
+    assert "default" in rendered["data"]
+
+
+def test_policies_from_files(helm: Path, helm_home: Path) -> None:
+    example = REPO / "policies/examples/mps-daemon.yaml"
+    # (The safety net compiled for these is test_other_namespace_...'s business.)
+    no_net = ("safetyNet.enabled=false", "webhook.validatingWebhook=pods")
+    result = run_helm(
+        helm,
+        *template_args(sets=no_net),
+        "--set-file",
+        f"policies.files.mps\\.yaml={example}",
+        home=helm_home,
+    )
+    assert result.returncode == 0, result.stderr
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    assert find(docs, "ConfigMap", "gpushare-policies")["data"] == {"mps.yaml": example.read_text()}
+    external = render(helm, helm_home, sets=("policies.existingConfigMap=team-policies", *no_net))
+    assert not [d for d in external if d["kind"] == "ConfigMap"]
+    volumes = find(external, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "policies", "configMap": {"name": "team-policies"}} in volumes
+
+
+def test_defaults_a_cluster_admin_expects(helm: Path, helm_home: Path) -> None:
+    docs = render(helm, helm_home)
+    spec = find(docs, "Deployment")["spec"]
+    assert spec["replicas"] == 3
+    assert spec["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    pod = spec["template"]["spec"]
+    assert "preferredDuringSchedulingIgnoredDuringExecution" in pod["affinity"]["podAntiAffinity"]
+    assert pod["automountServiceAccountToken"] is False
+    assert find(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 2
+    assert {d["metadata"]["name"] for d in docs if d["kind"] == "NetworkPolicy"} == {
+        "gpushare-default-deny",
+        "gpushare-webhook-from-apiserver",
+    }
+    for kind in WEBHOOK_KINDS:
+        for webhook in find(docs, kind)["webhooks"]:
+            expected = "Fail" if webhook["name"].startswith(("mutate.", "validate.")) else "Ignore"
+            assert webhook["failurePolicy"] == expected
+
+
+# -- bad values fail at helm install / helm template ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (("webhook.failurePolicy=Sometimes",), "value must be one of 'Fail', 'Ignore'"),
+        (("webhook.timeoutSeconds=31",), "at '/webhook/timeoutSeconds': maximum: got 31, want 30"),
+        (("certificates.mode=vault",), "value must be one of 'certgen', 'cert-manager', 'secret'"),
+        (
+            ("certificates.mode=secret",),
+            "at '/certificates/secret/caBundle': '' does not match pattern "
+            "'-----BEGIN CERTIFICATE-----'",
+        ),
+        (("mpsDaemon.enabled=true",), "at '/mpsDaemon/deviceConfigs': minItems: got 0, want 1"),
+        (
+            ("devicePluginConfig.enabled=true", "devicePluginConfig.data.x=version: v1"),
+            "at '/devicePluginConfig/data': missing property 'default'",
+        ),
+        (("replicaCount=0",), "at '/replicaCount': minimum: got 0, want 1"),
+        (("webhook.sharedResources={}",), "at '/webhook/sharedResources/0': '' does not match"),
+        (("networkPolicy.apiserverCIDRs={10.0.0.0}",), "does not match pattern"),
+        (("replicas=3",), "additional properties 'replicas' not allowed"),
+        (("webhook.failurepolicy=Fail",), "additional properties 'failurepolicy' not allowed"),
+    ],
+)
+def test_bad_values_are_refused_by_the_schema(
+    helm: Path, helm_home: Path, sets: tuple[str, ...], message: str
+) -> None:
+    assert message in refused(helm, helm_home, *sets)
+
+
+def test_the_schema_is_valid_json_schema() -> None:
+    import json
+
+    import jsonschema
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    jsonschema.Draft7Validator.check_schema(schema)
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    jsonschema.validate(values, schema)
+
+
+def test_helm_reports_its_version(helm: Path, helm_home: Path) -> None:
+    result = run_helm(helm, "version", "--short", home=helm_home)
+    go_mod = (REPO / "harness/tools/helm/go.mod").read_text()
+    assert result.stdout.strip() in go_mod, (result.stdout, "the -X version ldflag")
+    assert isinstance(result, subprocess.CompletedProcess)
+
+
+# -- the safety net: compiled from the policies by the generator ------------------------------
+
+SAFETY_NET_FILE = CHART / "files/safety-net.yaml"
+SAFETY_NET_HEADER = """\
+# The ValidatingAdmissionPolicy `gpushare webhook-config` compiles from the chart's bundled
+# policies (files/policies/), for templates/safety-net.yaml. Generated: after changing the
+# policies or the generator, run
+#   GPUSHARE_REGENERATE=1 .venv/bin/python -m pytest tests/test_helm_render.py -k safety_net_file
+"""
+
+
+def generated_safety_net(tmp_path: Path) -> str:
+    documents = generated(
+        tmp_path, "--namespace", NAMESPACE, "--policies", str(CHART / "files/policies")
+    )
+    (policy,) = [d for d in documents if d["kind"] == "ValidatingAdmissionPolicy"]
+    return SAFETY_NET_HEADER + yaml.safe_dump(policy, sort_keys=False, width=1000)
+
+
+def test_the_bundled_safety_net_file_is_the_generator_output(tmp_path: Path) -> None:
+    expected = generated_safety_net(tmp_path)
+    if os.environ.get("GPUSHARE_REGENERATE") == "1":
+        SAFETY_NET_FILE.write_text(expected)
+    assert SAFETY_NET_FILE.read_text() == expected, (
+        "files/safety-net.yaml is stale: " + SAFETY_NET_HEADER.splitlines()[-1].lstrip("# ")
+    )
+
+
+def test_own_policies_need_their_own_safety_net(
+    helm: Path, helm_home: Path, tmp_path: Path
+) -> None:
+    result = run_helm(
+        helm, *template_args(sets=("policies.existingConfigMap=team",)), home=helm_home
+    )
+    assert result.returncode == 1
+    assert "replace the bundled policies, so the safety net compiled for those" in result.stderr
+    # Without the safety net, the pod webhook must check the pods.
+    message = refused(helm, helm_home, "safetyNet.enabled=false")
+    assert "at '/webhook/validatingWebhook': value must be 'pods'" in message
+    docs = render(
+        helm,
+        helm_home,
+        sets=("safetyNet.enabled=false", "webhook.validatingWebhook=pods"),
+    )
+    assert not [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    names = [w["name"] for w in find(docs, "ValidatingWebhookConfiguration")["webhooks"]]
+    assert names[0] == "validate.gpushare.io"
