@@ -166,6 +166,8 @@ def create_app(
     policies = store.policies
     if policies is not None:
         metrics.set_policies_loaded(len(policies.policies))
+    # A first load that failed (serving a sibling's last good version, or nothing) counts.
+    metrics.set_policy_reload_successful(store.status().last_failure is None)
     routes: dict[str, dict[str, Route]] = {}
     budget = BodyBudget(max_body_bytes)  # one per worker process, shared by its endpoints
     for endpoint in Endpoint:

@@ -82,6 +82,15 @@ class AdmissionMetrics:
             ["result"],
             registry=self.registry,
         )
+        # Like Prometheus's own prometheus_config_last_reload_successful: the counter above
+        # moves once per refused version, this stays 0 for as long as the files stay bad.
+        self.policy_reload_successful = Gauge(
+            "gpushare_policy_last_reload_successful",
+            "1 while the policy files on disk are the ones being served; 0 while their "
+            "newest version was refused (the last good one serves). Lowest over live workers.",
+            registry=self.registry,
+            multiprocess_mode="livemin",
+        )
         self.policies_loaded = Gauge(
             "gpushare_policies_loaded",
             "Number of policies being served (lowest over live workers).",
@@ -122,8 +131,12 @@ class AdmissionMetrics:
 
     def observe_policy_reload(self, ok: bool, policies: int | None) -> None:
         self.policy_reloads.labels(result="ok" if ok else "failed").inc()
+        self.policy_reload_successful.set(1 if ok else 0)
         if policies is not None:
             self.policies_loaded.set(policies)
+
+    def set_policy_reload_successful(self, ok: bool) -> None:
+        self.policy_reload_successful.set(1 if ok else 0)
 
     def set_policies_loaded(self, count: int) -> None:
         self.policies_loaded.set(count)

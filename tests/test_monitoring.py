@@ -1,0 +1,420 @@
+"""The dashboard and the alerts in deploy/monitoring use only metrics the service exports.
+
+Both servers run for real and are scraped: ``gpushare serve`` (gunicorn, two workers, over
+TLS, as tests/server starts it) and ``gpushare mps-daemon`` with fake GPUs and the
+stand-in MPS control program (as tests/node runs it), its apiserver unreachable, which
+only keeps the node unlabelled. Every metric name in every dashboard target and every
+alert expression must be a sample name of one of those scrapes, and ``rate``/``increase``
+must only see counters and histogram series. The structure of the PrometheusRule and of
+the Grafana dashboard is checked as Prometheus Operator and Grafana read them.
+
+No PromQL parser on PyPI is both maintained and pure Python, so ``promql_metric_names``
+is a tokenizer: it drops what cannot hold a metric name (strings, label matchers, ranges,
+``by``/``on`` label lists), then keeps identifiers that are not a function call, keyword
+or operator. Its own tests below cover the shapes the files use.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+from werkzeug.test import Client
+
+from tests.node.node_fakes import A100, fake_gpus_file, mps_daemon_policy, write_fake_control
+from tests.server.support import BUNDLED_POLICIES, running_server, wait_until
+from webhook.server.app import create_app
+from webhook.server.metrics import AdmissionMetrics
+from webhook.server.policy_store import PolicyStore
+
+REPO = Path(__file__).resolve().parents[1]
+MONITORING = REPO / "deploy" / "monitoring"
+RULES = MONITORING / "prometheusrule.yaml"
+DASHBOARD = MONITORING / "gpushare-dashboard.json"
+RUNBOOKS = REPO / "docs" / "monitoring.md"
+FAKE_GPU_LAUNCHER = REPO / "tests" / "node" / "fake_gpu_launcher.py"
+
+# -- PromQL names ---------------------------------------------------------------------------
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_MATCHERS = re.compile(r"\{[^{}]*\}")
+_RANGE = re.compile(r"\[[^\[\]]*\]")
+_LABEL_LIST = re.compile(
+    r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)", re.IGNORECASE
+)
+_OFFSET = re.compile(r"\boffset\s+-?[0-9a-z]+", re.IGNORECASE)
+_IDENTIFIER = re.compile(r"(?<![\w$.])([a-zA-Z_:][a-zA-Z0-9_:]*)(\s*\()?")
+_KEYWORDS = frozenset(
+    {"and", "or", "unless", "bool", "offset", "inf", "nan", "by", "without", "on", "ignoring"}
+    | {"group_left", "group_right", "atan2"}
+)
+
+
+def promql_metric_names(expression: str) -> set[str]:
+    """The metric names an expression selects (``name{...}`` or a bare ``name``)."""
+    text = _STRING.sub('""', expression)
+    text = _MATCHERS.sub(" ", text)
+    text = _RANGE.sub(" ", text)
+    text = _LABEL_LIST.sub(" ", text)
+    text = _OFFSET.sub(" ", text)
+    names = set()
+    for match in _IDENTIFIER.finditer(text):
+        name, called = match.group(1), match.group(2)
+        if called or name.lower() in _KEYWORDS:
+            continue  # a function or aggregation, or an operator keyword
+        names.add(name)
+    return names
+
+
+@pytest.mark.parametrize(
+    ("expression", "names"),
+    [
+        ("up", {"up"}),
+        ('sum by (le) (rate(x_bucket{a="b{c}"}[5m]))', {"x_bucket"}),
+        ("histogram_quantile(0.99, sum by (endpoint, le) (rate(h_bucket[$__rate_interval])))",
+         {"h_bucket"}),
+        ('a_total{outcome="error"} / on (ns) group_left (pod) b', {"a_total", "b"}),
+        ("max_over_time(g[1h:5m] offset 1d) > 2 and bool c_total", {"g", "c_total"}),
+        ('count(m{l=~"sum(rate(fake_total[5m]))"}) - time() < 14 * 86400', {"m"}),
+        ("clamp_min(sum(increase(x_total[$__range])), 1e3)", {"x_total"}),
+        ('{__name__="only_matchers"}', set()),
+        ("absent(gpushare_policies_loaded)", {"gpushare_policies_loaded"}),
+        ("avg without (instance) (n:recorded:rate5m)", {"n:recorded:rate5m"}),
+    ],
+)  # fmt: skip
+def test_the_promql_tokenizer(expression: str, names: set[str]) -> None:
+    assert promql_metric_names(expression) == names
+
+
+# -- What the files use ---------------------------------------------------------------------
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    rule = yaml.safe_load(RULES.read_text())
+    return [r for group in rule["spec"]["groups"] for r in group["rules"]]
+
+
+def dashboard() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return loaded
+
+
+def dashboard_panels() -> list[dict[str, Any]]:
+    panels = []
+    for panel in dashboard()["panels"]:
+        panels.append(panel)
+        panels.extend(panel.get("panels", []))  # a collapsed row keeps its panels inside
+    return [panel for panel in panels if panel["type"] != "row"]
+
+
+def expressions() -> list[tuple[str, str]]:
+    """(where, PromQL) for every alert and every dashboard target."""
+    found = [(f"alert {rule['alert']}", str(rule["expr"])) for rule in alert_rules()]
+    for panel in dashboard_panels():
+        for target in panel["targets"]:
+            found.append((f"panel {panel['title']!r} {target['refId']}", target["expr"]))
+    return found
+
+
+# -- The real servers' exports ---------------------------------------------------------------
+
+
+def sample_types(exposition: str) -> dict[str, str]:
+    """Each sample name of a scrape (``x_total``, ``h_bucket``...) and its family's type."""
+    return {
+        sample.name: family.type
+        for family in text_string_to_metric_families(exposition)
+        for sample in family.samples
+    }
+
+
+@pytest.fixture(scope="module")
+def webhook_exposition(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with running_server(tmp_path_factory.mktemp("webhook")) as server:
+        status, body = server.request("GET", "/metrics")
+        assert status == 200
+        yield body.decode()
+
+
+@pytest.fixture(scope="module")
+def mps_exposition(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    directory = tmp_path_factory.mktemp("mps")
+    (directory / "pipe").mkdir()
+    policy = mps_daemon_policy(directory, pipe=directory / "pipe", log=directory / "log")
+    kubeconfig = directory / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        'clusters: [{name: none, cluster: {server: "https://127.0.0.1:1"}}]\n'
+        "users: [{name: none, user: {token: none}}]\n"
+        "contexts: [{name: none, context: {cluster: none, user: none}}]\n"
+        "current-context: none\n"
+    )
+    stderr = directory / "stderr"
+    with stderr.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, str(FAKE_GPU_LAUNCHER), str(fake_gpus_file(directory, [A100])),
+             "mps-daemon", "--policies", str(policy), "--pool", "a100-mps",
+             "--node-name", "gpu-node-1", "--kubeconfig", str(kubeconfig),
+             "--mps-control", str(write_fake_control(directory)), "--listen", "127.0.0.1:0"],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=log,
+        )  # fmt: skip
+    try:
+
+        def listening() -> str | None:
+            assert process.poll() is None, stderr.read_text()
+            for line in stderr.read_text().splitlines():
+                if line.startswith("{") and json.loads(line).get("event") == "listening":
+                    return str(json.loads(line)["address"])
+            return None
+
+        assert wait_until(lambda: listening() is not None, timeout=30), stderr.read_text()
+        address = listening()
+        # The metrics of a started daemon: wait until the supervisor has seen it up.
+        body = ""
+
+        def daemon_up() -> bool:
+            nonlocal body
+            body = http_get(f"http://{address}/metrics")
+            return "gpushare_mps_daemon_up 1.0" in body.splitlines()
+
+        assert wait_until(daemon_up, timeout=30), stderr.read_text()
+        yield body
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def http_get(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())
+
+
+@pytest.fixture(scope="module")
+def exported(webhook_exposition: str, mps_exposition: str) -> dict[str, str]:
+    return sample_types(webhook_exposition) | sample_types(mps_exposition)
+
+
+@pytest.mark.server
+def test_every_metric_the_dashboard_and_alerts_use_is_exported(
+    exported: dict[str, str],
+) -> None:
+    missing = [
+        f"{where}: {name}"
+        for where, expression in expressions()
+        for name in sorted(promql_metric_names(expression))
+        if name not in exported
+    ]
+    assert missing == [], f"not exported by the webhook or the MPS daemon: {missing}"
+    # The check sees every expression: each one names at least one metric.
+    assert all(promql_metric_names(expression) for _, expression in expressions())
+
+
+_RATE_OF = re.compile(r"\b(?:rate|irate|increase)\s*\(\s*([a-zA-Z_:][\w:]*)")
+
+
+@pytest.mark.server
+def test_rates_are_taken_of_counters_and_histograms_only(exported: dict[str, str]) -> None:
+    wrong = []
+    for where, expression in expressions():
+        for match in re.finditer(
+            r"\b(?:rate|irate|increase)\s*\(\s*([a-zA-Z_:][\w:]*)", expression
+        ):
+            if exported.get(match.group(1)) not in ("counter", "histogram"):
+                wrong.append(f"{where}: {match.group(0)} ({exported.get(match.group(1))})")
+    assert wrong == []
+
+
+@pytest.mark.server
+def test_the_live_values_the_alerts_read(webhook_exposition: str, mps_exposition: str) -> None:
+    values = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(webhook_exposition + mps_exposition)
+        for sample in family.samples
+        if not sample.labels
+    }
+    # The serving certificate `gpushare serve` made is valid for a year, not "expired".
+    assert values["gpushare_certificate_expiry_timestamp_seconds"] > time.time() + 300 * 86400
+    assert values["gpushare_policy_last_reload_successful"] == 1.0
+    assert values["gpushare_policies_loaded"] >= 1.0
+    assert values["gpushare_mps_daemon_up"] == 1.0
+    assert values["gpushare_mps_gpus"] == 1.0
+    # The apiserver is unreachable, so the node is never labelled ready.
+    assert values["gpushare_mps_node_ready"] == 0.0
+
+
+# -- The policy reload gauge --------------------------------------------------------------
+
+
+def gauge(client: Client, name: str) -> float:
+    text = client.get("/metrics").get_data(as_text=True)
+    (value,) = [float(line.split()[1]) for line in text.splitlines() if line.startswith(name + " ")]
+    return value
+
+
+def test_last_reload_successful_stays_zero_while_the_files_are_bad(tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    good = (BUNDLED_POLICIES / "default.yaml").read_text()
+    (policies / "default.yaml").write_text(good)
+    metrics = AdmissionMetrics()
+    store = PolicyStore.loaded(
+        policies,
+        on_reload=lambda ok, loaded: metrics.observe_policy_reload(
+            ok, len(loaded.policies) if loaded else None
+        ),
+    )
+    client = Client(create_app(store, metrics=metrics))
+    name = "gpushare_policy_last_reload_successful"
+    assert gauge(client, name) == 1.0
+    (policies / "default.yaml").write_text("apiVersion: [\n")
+    store.refresh()
+    assert gauge(client, name) == 0.0
+    # The counter moves once per refused version; the gauge stays down until a fix.
+    store.refresh()
+    assert gauge(client, name) == 0.0
+    assert gauge(client, 'gpushare_policy_reloads_total{result="failed"}') == 1.0
+    (policies / "default.yaml").write_text(good + "\n# fixed\n")
+    store.refresh()
+    assert gauge(client, name) == 1.0
+
+
+def test_a_first_load_that_failed_reads_as_an_unsuccessful_reload(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text("apiVersion: [\n")
+    metrics = AdmissionMetrics()
+    client = Client(create_app(PolicyStore.loaded(tmp_path), metrics=metrics))
+    assert gauge(client, "gpushare_policy_last_reload_successful") == 0.0
+    assert gauge(client, "gpushare_policies_loaded") == 0.0
+
+
+# -- The PrometheusRule ----------------------------------------------------------------------
+
+DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+SEVERITIES = {"critical", "warning", "info"}
+
+
+def anchors(markdown: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    return {
+        re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        for line in markdown.splitlines()
+        if line.startswith("#")
+    }
+
+
+def test_the_prometheusrule_is_well_formed() -> None:
+    rule = yaml.safe_load(RULES.read_text())
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["kind"] == "PrometheusRule"
+    assert rule["metadata"]["name"]
+    groups = rule["spec"]["groups"]
+    assert len({group["name"] for group in groups}) == len(groups)
+    known_anchors = anchors(RUNBOOKS.read_text())
+    for group in groups:
+        assert set(group) <= {"name", "rules", "interval", "limit"}, group["name"]
+        for alert in group["rules"]:
+            name = alert.get("alert")
+            assert name and re.fullmatch(r"Gpushare[A-Z][A-Za-z]+", name), alert
+            assert set(alert) <= {"alert", "expr", "for", "labels", "annotations"}, name
+            expression = str(alert["expr"])
+            for opening, closing in ("()", "{}", "[]"):
+                assert expression.count(opening) == expression.count(closing), name
+            assert "for" not in alert or DURATION.match(alert["for"]), name
+            assert alert["labels"]["severity"] in SEVERITIES, name
+            annotations = alert["annotations"]
+            assert {"summary", "description", "runbook"} <= set(annotations), name
+            assert all(str(text).strip() for text in annotations.values()), name
+            # The runbook names its section of docs/monitoring.md, and that section exists.
+            anchor = re.search(r"docs/monitoring\.md#([\w-]+)", annotations["runbook"])
+            assert anchor and anchor.group(1) in known_anchors, (name, anchor)
+
+
+ISSUE_TOPICS = {
+    "admissions by outcome": "gpushare_admission_requests_total",
+    "latency percentiles": "gpushare_admission_duration_seconds_bucket",
+    "policy reload failures": "gpushare_policy_last_reload_successful",
+    "certificate expiry": "gpushare_certificate_expiry_timestamp_seconds",
+    "MPS daemon up": "gpushare_mps_daemon_up",
+    "MPS node readiness": "gpushare_mps_node_ready",
+}
+
+
+@pytest.mark.parametrize("topic", sorted(ISSUE_TOPICS))
+def test_each_topic_has_an_alert_and_a_panel(topic: str) -> None:
+    metric = ISSUE_TOPICS[topic]
+    alerts = [r["alert"] for r in alert_rules() if metric in promql_metric_names(str(r["expr"]))]
+    panels = [
+        p["title"]
+        for p in dashboard_panels()
+        if any(metric in promql_metric_names(t["expr"]) for t in p["targets"])
+    ]
+    assert alerts and panels, (topic, alerts, panels)
+
+
+# -- The dashboard ---------------------------------------------------------------------------
+
+
+def test_the_dashboard_is_well_formed() -> None:
+    board = dashboard()
+    assert board["uid"] == "gpushare" and board["title"]
+    assert isinstance(board["schemaVersion"], int)
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    # The data source is a variable, so the dashboard imports into any Grafana.
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    source = {"type": "prometheus", "uid": "${datasource}"}
+    for variable in variables.values():
+        if variable["type"] == "query":
+            assert variable["datasource"] == source, variable["name"]
+            assert promql_metric_names(variable["definition"].replace("label_values", "f"))
+
+    panels = dashboard_panels()
+    ids = [panel["id"] for panel in board["panels"]]
+    assert len(set(ids)) == len(ids)
+    used_variables = set()
+    cells: set[tuple[int, int]] = set()
+    for panel in board["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["w"] > 0 and grid["x"] + grid["w"] <= 24, panel["title"]
+        covered = {
+            (x, y)
+            for x in range(grid["x"], grid["x"] + grid["w"])
+            for y in range(grid["y"], grid["y"] + grid["h"])
+        }
+        assert not covered & cells, f"{panel['title']!r} overlaps another panel"
+        cells |= covered
+    for panel in panels:
+        title = panel["title"]
+        assert panel["datasource"] == source, title
+        assert panel.get("description"), title
+        targets = panel["targets"]
+        assert targets, f"panel {title!r} has no targets"
+        assert len({t["refId"] for t in targets}) == len(targets), title
+        for target in targets:
+            assert target["datasource"] == source, title
+            assert target["expr"].strip(), title
+            used_variables |= set(re.findall(r"\$(?!__)(\w+)", target["expr"]))
+    assert used_variables <= set(variables), used_variables - set(variables)
+
+
+def test_the_kustomization_lists_the_files_here() -> None:
+    kustomization = yaml.safe_load((MONITORING / "kustomization.yaml").read_text())
+    for resource in kustomization["resources"]:
+        assert (MONITORING / resource).is_file(), resource
+    (generator,) = kustomization["configMapGenerator"]
+    assert generator["files"] == [DASHBOARD.name]
+    # The label Grafana's dashboard sidecar (kube-prometheus-stack) looks for.
+    assert generator["options"]["labels"] == {"grafana_dashboard": "1"}
+    for document in yaml.safe_load_all((MONITORING / "podmonitors.yaml").read_text()):
+        assert document["kind"] == "PodMonitor"
+        (endpoint,) = document["spec"]["podMetricsEndpoints"]
+        assert endpoint["path"] == "/metrics"
