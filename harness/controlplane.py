@@ -6,7 +6,8 @@ each, readiness polling with deadlines, the admin kubeconfig, running kubectl an
 (SIGTERM, then SIGKILL). The PKI is in pki.py; processes, ports and waiting in processes.py.
 
 Nothing is mocked: the apiserver, admission chain, RBAC and scheduler are upstream code.
-There is no kubelet and no controller-manager, so pods get bound (spec.nodeName,
+There is no kubelet, and no controller-manager unless a test starts one with only the
+controllers it needs (start_controller_manager), so pods get bound (spec.nodeName,
 PodScheduled=True) but never run, nodes stay as their status was written, and no
 `default` ServiceAccount appears.
 
@@ -234,6 +235,40 @@ class ControlPlane:
             ready,
             timeout=self._remaining(deadline),
             on_timeout=scheduler.log_tail,
+        )
+
+    def start_controller_manager(
+        self, controllers: Sequence[str], ready_log: str, timeout: float = 60.0
+    ) -> None:
+        """Run kube-controller-manager with only `controllers` (its --controllers names).
+
+        Opt-in, for tests that need an upstream controller (the resourceclaim controller
+        makes a pod's claims from ResourceClaimTemplates); at most once per control plane,
+        stopped with it. It serves no port (--secure-port=0), so it counts as started when
+        its log shows `ready_log` (a line the controllers print when they run).
+        """
+        if any(c.name == "kube-controller-manager" for c in self.components):
+            return
+        manager = self._start(
+            "kube-controller-manager",
+            [
+                "controller-manager",
+                f"--kubeconfig={self.kubeconfig}",
+                f"--controllers={','.join(controllers)}",
+                "--leader-elect=false",
+                "--secure-port=0",
+            ],
+        )
+
+        def started() -> bool | None:
+            manager.check_alive()
+            return True if ready_log in manager.log_path.read_text(errors="replace") else None
+
+        wait_for(
+            "kube-controller-manager controllers",
+            started,
+            timeout=timeout,
+            on_timeout=manager.log_tail,
         )
 
     # -- access -------------------------------------------------------------------------

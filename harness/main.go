@@ -5,9 +5,10 @@
 //	harness etcd --data-dir D --listen-client-url http://127.0.0.1:P --listen-peer-url http://127.0.0.1:Q
 //	harness apiserver <kube-apiserver flags>
 //	harness scheduler <kube-scheduler flags>
+//	harness controller-manager <kube-controller-manager flags>
 //	harness kubectl <kubectl args>
 //
-// The apiserver and scheduler each install the process-wide signal handler, which panics
+// The apiserver, scheduler and controller-manager each install the process-wide signal handler, which panics
 // when set up twice, so they must not share a process.
 package main
 
@@ -30,10 +31,11 @@ import (
 	kubectl "k8s.io/kubectl/pkg/cmd"
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
 
-const usage = `usage: harness <etcd|apiserver|scheduler|kubectl> [flags]`
+const usage = `usage: harness <etcd|apiserver|scheduler|controller-manager|kubectl> [flags]`
 
 // init runs on the main OS thread (the runtime locks it there during initialization).
 // The parent-death signal belongs to the thread that asks for it and is lost if that
@@ -58,6 +60,8 @@ func main() {
 		os.Exit(cli.Run(apiserver.NewAPIServerCommand()))
 	case "scheduler":
 		os.Exit(cli.Run(scheduler.NewSchedulerCommand()))
+	case "controller-manager":
+		os.Exit(cli.Run(controllermanager.NewControllerManagerCommand()))
 	case "kubectl":
 		runKubectl()
 	default:

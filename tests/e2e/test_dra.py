@@ -1,0 +1,278 @@
+"""Dynamic Resource Allocation with consumable GPU memory, on the real control plane.
+
+The cluster is the harness's etcd + kube-apiserver + kube-scheduler (v1.37.2) plus an
+upstream kube-controller-manager running only the resourceclaim controller, which makes
+each pod's ResourceClaim from its ResourceClaimTemplate (pkg/controller/resourceclaim).
+There is no kubelet and no DRA driver: each fake node's ResourceSlice is published here
+the way NVIDIA's driver publishes a GPU with consumable shares on
+(kubernetes-sigs/dra-driver-nvidia-gpu, cmd/gpu-kubelet-plugin/deviceinfo.go attributes,
+consumable_shares.go `--consumable-shares=memory`: allowMultipleAllocations and a
+`memory` capacity whose requestPolicy steps by 1Mi). Binding is the proof: the scheduler's
+DRA plugin allocates each claim a share of a GPU's memory (KEP-5075, DRAConsumableCapacity,
+beta and on by default since 1.36: k8s.io/kubernetes pkg/features/kube_features.go) until
+the memory is spent, and the next pod stays Pending as unschedulable.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pytest
+from conftest import unique_name
+from gpu_nodes import FakeGpuNode
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from harness.controlplane import ControlPlane
+from harness.processes import wait_for
+from harness.registration import PAUSE_IMAGE
+
+DRIVER = "gpu.nvidia.com"
+DEVICE_CLASS = "gpu.nvidia.com"
+RESOURCE_API = "/apis/resource.k8s.io/v1"
+# An H100 80GB HBM3 as NVML reports it (memory.total 81559 MiB), rounded down to the 1Mi
+# step as the driver does: four 20Gi shares do not fit, three do.
+H100_MEMORY = "81559Mi"
+H100_PRODUCT = "NVIDIA H100 80GB HBM3"
+SCHEDULE_TIMEOUT_S = 60.0
+
+NodeFactory = Callable[[FakeGpuNode], k8s.V1Node]
+
+
+def api_request(
+    api: k8s.ApiClient,
+    method: str,
+    path: str,
+    body: Mapping[str, Any] | None = None,
+    *,
+    content_type: str = "application/json",
+) -> dict[str, Any]:
+    """One raw JSON call: the generated models lag behind resource.k8s.io/v1's newer fields
+    (consumable capacity) and validate dict bodies against themselves."""
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = content_type
+    call = api.param_serialize(
+        method, path, header_params=headers, body=body, auth_settings=["BearerToken"]
+    )
+    response = api.call_api(*call)
+    data: bytes = response.read()  # type: ignore[no-untyped-call]
+    if not 200 <= response.status <= 299:
+        raise ApiException.from_response(http_resp=response, body=None, data=None)
+    result: dict[str, Any] = json.loads(data)
+    return result
+
+
+def delete_ignoring_absent(api: k8s.ApiClient, path: str) -> None:
+    try:
+        api_request(api, "DELETE", path)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def device_class() -> dict[str, Any]:
+    """The DeviceClass NVIDIA's chart installs (deployments/helm/dra-driver-nvidia-gpu/
+    templates/deviceclass-gpu.yaml), without its extendedResourceName: other e2e modules
+    ask for nvidia.com/gpu on device-plugin nodes."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": DEVICE_CLASS},
+        "spec": {
+            "selectors": [
+                {
+                    "cel": {
+                        "expression": f"device.driver == '{DRIVER}' && "
+                        f"device.attributes['{DRIVER}'].type == 'gpu'"
+                    }
+                }
+            ]
+        },
+    }
+
+
+def gpu_slice(node: str, gpus: int, memory: str = H100_MEMORY) -> dict[str, Any]:
+    """The ResourceSlice NVIDIA's kubelet plugin would publish for `node`'s GPUs with
+    `--consumable-shares=memory`: each GPU allows several allocations and gives out its
+    `memory` capacity in 1Mi steps (a claim asking none takes all of it)."""
+    devices = []
+    for index in range(gpus):
+        devices.append(
+            {
+                "name": f"gpu-{index}",
+                "allowMultipleAllocations": True,
+                "attributes": {
+                    "type": {"string": "gpu"},
+                    "uuid": {"string": f"GPU-{node}-{index}"},
+                    "productName": {"string": H100_PRODUCT},
+                    "brand": {"string": "Nvidia"},
+                    "architecture": {"string": "Hopper"},
+                    "cudaComputeCapability": {"version": "9.0.0"},
+                    "driverVersion": {"version": "580.95.5"},
+                    "cudaDriverVersion": {"version": "13.0.0"},
+                },
+                "capacity": {
+                    "memory": {
+                        "value": memory,
+                        "requestPolicy": {
+                            "default": memory,
+                            "validRange": {"min": "1Mi", "max": memory, "step": "1Mi"},
+                        },
+                    }
+                },
+            }
+        )
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{DRIVER}"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def share_template(name: str, memory: str) -> dict[str, Any]:
+    """A ResourceClaimTemplate asking one GPU's worth of `memory` as consumable capacity."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {
+                                "deviceClassName": DEVICE_CLASS,
+                                "capacity": {"requests": {"memory": memory}},
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+
+
+def claim_pod(name: str, template: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": PAUSE_IMAGE, "resources": {"claims": [{"name": "gpu"}]}}
+            ],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def claim_controller(control_plane: ControlPlane) -> ControlPlane:
+    """The control plane with kube-controller-manager running the resourceclaim controller."""
+    control_plane.start_controller_manager(
+        ["resourceclaim-controller"], ready_log="Starting resource claim controller"
+    )
+    return control_plane
+
+
+@pytest.fixture
+def dra_nodes(
+    claim_controller: ControlPlane, fake_nodes: NodeFactory, api_client: k8s.ApiClient
+) -> Iterator[list[str]]:
+    """The NVIDIA DeviceClass and two fake nodes with one H100 each, published as slices.
+
+    Nodes and slices exist before any pod (a pod created first would meet no device and
+    back off). Slices and the class go when the test ends.
+    """
+    api_request(api_client, "POST", f"{RESOURCE_API}/deviceclasses", device_class())
+    nodes = [unique_name("dra-node") for _ in range(2)]
+    try:
+        for node in nodes:
+            fake_nodes(FakeGpuNode(name=node, product="NVIDIA-H100-80GB-HBM3"))
+            api_request(api_client, "POST", f"{RESOURCE_API}/resourceslices", gpu_slice(node, 1))
+        yield nodes
+    finally:
+        for node in nodes:
+            delete_ignoring_absent(api_client, f"{RESOURCE_API}/resourceslices/{node}-{DRIVER}")
+        delete_ignoring_absent(api_client, f"{RESOURCE_API}/deviceclasses/{DEVICE_CLASS}")
+
+
+def pod_states(core_v1: k8s.CoreV1Api, namespace: str) -> dict[str, tuple[str | None, str]]:
+    """Each pod's node (None while unbound) and its PodScheduled condition's message."""
+    states = {}
+    for pod in core_v1.list_namespaced_pod(namespace).items:
+        conditions = pod.status.conditions or []
+        message = next((c.message or "" for c in conditions if c.type == "PodScheduled"), "")
+        states[pod.metadata.name] = (pod.spec.node_name, message)
+    return states
+
+
+def wait_bound_and_unschedulable(
+    core_v1: k8s.CoreV1Api, namespace: str, bound: int, pending: int
+) -> dict[str, tuple[str | None, str]]:
+    """Wait until `bound` pods have a node and `pending` are marked unschedulable."""
+
+    def settled() -> dict[str, tuple[str | None, str]] | None:
+        states = pod_states(core_v1, namespace)
+        on_nodes = [n for n, _ in states.values() if n]
+        refused = [m for n, m in states.values() if not n and "cannot allocate all claims" in m]
+        return states if len(on_nodes) == bound and len(refused) == pending else None
+
+    return wait_for(
+        f"{bound} pods bound and {pending} unschedulable in {namespace}",
+        settled,
+        timeout=SCHEDULE_TIMEOUT_S,
+        interval=0.5,
+        on_timeout=lambda: json.dumps(pod_states(core_v1, namespace), indent=1),
+    )
+
+
+def allocations(api: k8s.ApiClient, namespace: str) -> list[dict[str, Any]]:
+    """The device results of every allocated claim in `namespace`."""
+    claims = api_request(api, "GET", f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims")
+    results = []
+    for claim in claims["items"]:
+        allocation = claim.get("status", {}).get("allocation")
+        if allocation:
+            results += allocation["devices"]["results"]
+    return results
+
+
+def test_scheduler_packs_memory_shares_until_the_gpus_are_full(
+    dra_nodes: list[str], namespace: str, core_v1: k8s.CoreV1Api, api_client: k8s.ApiClient
+) -> None:
+    """Seven pods asking 20Gi each of two 81559Mi GPUs: three per GPU, the 7th Pending."""
+    api_request(
+        api_client,
+        "POST",
+        f"{RESOURCE_API}/namespaces/{namespace}/resourceclaimtemplates",
+        share_template("share-20gi", "20Gi"),
+    )
+    for index in range(7):
+        core_v1.create_namespaced_pod(namespace, claim_pod(f"share-{index}", "share-20gi"))
+
+    states = wait_bound_and_unschedulable(core_v1, namespace, bound=6, pending=1)
+    per_node: dict[str, int] = {}
+    for node, _ in states.values():
+        if node:
+            per_node[node] = per_node.get(node, 0) + 1
+    assert per_node == dict.fromkeys(dra_nodes, 3)
+
+    results = allocations(api_client, namespace)
+    assert len(results) == 6
+    for result in results:
+        assert result["driver"] == DRIVER
+        assert result["consumedCapacity"] == {"memory": "20Gi"}
+        # Each allocation of a multi-allocatable device gets a share ID of its own.
+        assert result.get("shareID")
+    assert len({(r["pool"], r["device"], r["shareID"]) for r in results}) == 6
