@@ -1,0 +1,3 @@
+module gpushare.io/harness/tools/noop-webhook
+
+go 1.22

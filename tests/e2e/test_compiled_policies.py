@@ -1,0 +1,303 @@
+"""`gpushare compile` held equal to the webhook through the real kube-apiserver (issue 11).
+
+The same pods are created (server-side dry runs: the stored object comes back, nothing is
+kept) three times in one control plane: with no admission at all, with gpushare's webhook
+registered as `gpushare webhook-config` prints it, and with what `gpushare compile` prints
+for the same policies. Each pod must come out the same stored pod, or the same denial.
+
+Pods: every corpus pod (tests/corpus/*/pod.yaml in its namespace) and every pod or pod
+template of the workload corpus (tests/workload_corpus, created as pods), under the e2e
+policy set (conftest.webhook_policies) with the two settings the compiler refuses turned off
+in the ml-mps example (frameworks.pytorch.memoryFraction, inferenceServers.memory: set); and
+hypothesis-generated policy sets and pods (tests/oracle/strategies), a few by default, more
+with GPUSHARE_LONG_TESTS=1.
+
+Normalised before comparing, and only this:
+- metadata.uid and metadata.creationTimestamp: every create gets its own;
+- a denial's prefix: the apiserver says `admission webhook "mutate.gpushare.io" denied the
+  request: ` for the webhook and `ValidatingAdmissionPolicy 'gpushare-x' with binding
+  'gpushare-x' denied request: ` for a policy; the reasons after it and the HTTP status must
+  be equal;
+- a pod Kubernetes itself refuses (invalid even with no admission): the webhook refuses it
+  at mutation, the compiled policies never get to validate it (object validation runs
+  between mutating and validating admission), so both must refuse it, in their own words.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from harness.api import create_pod, ensure_namespace, status_message
+from harness.controlplane import ControlPlane
+from harness.registration import GpushareWebhook, unregistered
+from harness.webhookserver import WebhookServer
+from tests.long_runs import scaled
+from tests.oracle.oracle import read_policies
+from tests.oracle.strategies import pods, policy_texts
+from webhook.compile import CompileRefusedError, compile_policies
+from webhook.core import load_policies, load_policy_texts, pod_template, workload_kind
+
+REPO = Path(__file__).resolve().parents[2]
+CORPUS = REPO / "tests/corpus"
+WORKLOAD_CORPUS = REPO / "tests/workload_corpus"
+DENIAL_MARKERS = ("denied the request: ", "denied request: ")
+GENERATED_SETS = scaled(2, 12)
+# Registration waits on dry runs in the probe namespace, which generated policies do not
+# match: this policy governs only there (no generated pod goes there).
+PROBE_POLICY = """\
+apiVersion: gpushare.io/v1alpha1
+kind: GpuSharingPolicy
+metadata: {name: zz-probe}
+spec:
+  match: {namespaces: [e2e-probe]}
+  priority: 1000
+  mode: time-slicing
+  pools: [{name: probe, replicas: 2}]
+"""
+PODS_PER_SET = scaled(8, 25)
+
+
+class Outcome(NamedTuple):
+    """What the apiserver did with one pod: the stored pod (normalised) or the refusal."""
+
+    admitted: bool
+    pod: dict[str, Any] | None
+    status: int
+    message: str
+
+
+class Case(NamedTuple):
+    name: str
+    namespace: str
+    pod: dict[str, Any]
+
+
+def _corpus_cases() -> list[Case]:
+    cases = []
+    for folder in sorted(p for p in CORPUS.iterdir() if (p / "pod.yaml").exists()):
+        pod = yaml.safe_load((folder / "pod.yaml").read_text(encoding="utf-8"))
+        namespace_file = folder / "namespace"
+        namespace = (
+            namespace_file.read_text(encoding="utf-8").strip()
+            if namespace_file.exists()
+            else pod.get("metadata", {}).get("namespace") or "default"
+        )
+        cases.append(Case(f"corpus/{folder.name}", namespace, pod))
+    for folder in sorted(p for p in WORKLOAD_CORPUS.iterdir() if p.is_dir()):
+        text = (folder / "manifest.yaml").read_text(encoding="utf-8")
+        for index, document in enumerate(d for d in yaml.safe_load_all(text) if d):
+            if document.get("kind") == "Pod":
+                pod = document
+            elif workload_kind(document) is not None:
+                template = pod_template(document)
+                if template is None:
+                    continue
+                pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(dict(template))}
+            else:
+                continue
+            namespace = document.get("metadata", {}).get("namespace") or "default"
+            cases.append(Case(f"workloads/{folder.name}/{index}", namespace, pod))
+    return cases
+
+
+def _named(case: Case, index: int) -> dict[str, Any]:
+    pod = copy.deepcopy(case.pod)
+    metadata = pod.setdefault("metadata", {})
+    metadata["name"] = f"cmp-{index}"
+    metadata.pop("generateName", None)
+    metadata["namespace"] = case.namespace
+    return pod
+
+
+def _normalised(pod: dict[str, Any]) -> dict[str, Any]:
+    pod = copy.deepcopy(pod)
+    for key in ("uid", "creationTimestamp"):
+        pod["metadata"].pop(key, None)
+    return pod
+
+
+def outcomes(api: k8s.ApiClient, cases: list[Case]) -> list[Outcome]:
+    core = k8s.CoreV1Api(api)
+    results = []
+    for index, case in enumerate(cases):
+        ensure_namespace(core, case.namespace)
+        try:
+            stored = create_pod(api, case.namespace, _named(case, index), dry_run=True).pod
+        except ApiException as exc:
+            message = status_message(exc)
+            for marker in DENIAL_MARKERS:
+                message = message.split(marker, 1)[-1]
+            results.append(Outcome(False, None, exc.status, message))
+        else:
+            results.append(Outcome(True, _normalised(stored), 201, ""))
+    return results
+
+
+def compiled_documents(policies: Path) -> list[dict[str, Any]]:
+    return compile_policies(load_policies(policies))
+
+
+def under_compiled(
+    plane: ControlPlane,
+    webhook: GpushareWebhook,
+    documents: list[dict[str, Any]],
+    cases: list[Case],
+) -> list[Outcome]:
+    text = yaml.safe_dump_all(documents)
+    plane.kubectl("apply", "-f", "-", input=text)
+    try:
+        webhook.wait(lambda p: p.annotated == "mutated", "the compiled policies to be in force")
+        # Every policy of the set is recompiled in the same pass (about once a second).
+        time.sleep(1.5)
+        return outcomes(plane.api, cases)
+    finally:
+        plane.kubectl("delete", "--ignore-not-found", "-f", "-", input=text)
+        webhook.wait(unregistered, "the compiled policies to be gone")
+
+
+def under_webhook(webhook: GpushareWebhook, cases: list[Case]) -> list[Outcome]:
+    webhook.register()
+    try:
+        return outcomes(webhook.api, cases)
+    finally:
+        webhook.unregister()
+
+
+def assert_same(
+    cases: list[Case], bare: list[Outcome], served: list[Outcome], compiled: list[Outcome]
+) -> None:
+    differences = []
+    for case, alone, by_webhook, by_policies in zip(cases, bare, served, compiled, strict=True):
+        if not alone.admitted:  # Kubernetes refuses it: both must, in their own words
+            if by_webhook.admitted or by_policies.admitted:
+                differences.append(f"{case.name}: an invalid pod was admitted")
+            continue
+        if by_webhook != by_policies:
+            differences.append(
+                f"{case.name}:\n  webhook:  {json.dumps(by_webhook._asdict(), sort_keys=True)}"
+                f"\n  compiled: {json.dumps(by_policies._asdict(), sort_keys=True)}"
+            )
+    assert not differences, "\n".join(differences)
+
+
+def _compilable(source: Path, target: Path) -> Path:
+    """The e2e policy set with the settings the compiler refuses turned off."""
+    target.mkdir(parents=True, exist_ok=True)
+    for path in sorted(source.glob("*.yaml")):
+        documents = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+        for document in documents:
+            spec = document.get("spec", {})
+            pytorch = spec.get("frameworks", {}).get("pytorch")
+            if isinstance(pytorch, dict):
+                pytorch["memoryFraction"] = False
+            servers = spec.get("inferenceServers")
+            if isinstance(servers, dict) and servers.get("memory") == "set":
+                servers["memory"] = "warn"
+        (target / path.name).write_text(yaml.safe_dump_all(documents, sort_keys=False))
+    return target
+
+
+@pytest.fixture(scope="module")
+def compilable_policies(tmp_path_factory: pytest.TempPathFactory, webhook_policies: Path) -> Path:
+    return _compilable(webhook_policies, tmp_path_factory.mktemp("compilable"))
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory,
+    control_plane: ControlPlane,
+    compilable_policies: Path,
+    probe_namespace: str,
+) -> Iterator[GpushareWebhook]:
+    server = WebhookServer.start(tmp_path_factory.mktemp("compiled-webhook"), compilable_policies)
+    try:
+        yield GpushareWebhook(server, control_plane.api, probe_namespace)
+    finally:
+        server.stop()
+
+
+def test_the_refused_settings_are_refused_by_name(webhook_policies: Path) -> None:
+    with pytest.raises(CompileRefusedError) as refused:
+        compiled_documents(webhook_policies)
+    text = str(refused.value)
+    assert "spec.frameworks.pytorch.memoryFraction" in text
+    assert "spec.inferenceServers.memory" in text
+
+
+@pytest.mark.timeout(900)
+def test_every_corpus_pod_is_admitted_or_denied_alike(
+    control_plane: ControlPlane, served: GpushareWebhook, compilable_policies: Path
+) -> None:
+    cases = _corpus_cases()
+    assert len(cases) > 40, "the corpora went missing"
+    documents = compiled_documents(compilable_policies)
+    bare = outcomes(control_plane.api, cases)
+    by_webhook = under_webhook(served, cases)
+    by_policies = under_compiled(control_plane, served, documents, cases)
+    assert_same(cases, bare, by_webhook, by_policies)
+    # The comparison means something: most pods were mutated, some denied.
+    assert (
+        sum(
+            "gpushare.io/applied" in (o.pod or {}).get("metadata", {}).get("annotations", {})
+            for o in by_webhook
+        )
+        > 15
+    )
+    assert sum(not o.admitted for o in by_webhook) > 15
+
+
+@pytest.mark.timeout(scaled(900, 7200))
+@settings(
+    max_examples=GENERATED_SETS,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    database=None,
+)
+@given(data=st.data())
+def test_generated_policies_and_pods_are_admitted_or_denied_alike(
+    data: st.DataObject,
+    control_plane: ControlPlane,
+    probe_namespace: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    texts = data.draw(policy_texts(), label="policies")
+    policies = load_policy_texts((f"policies-{i}.yaml", t) for i, t in enumerate(texts))
+    try:
+        documents = compile_policies(policies)
+    except CompileRefusedError:
+        assume(False)
+    oracle_policies = read_policies(texts)
+    cases = []
+    for index in range(PODS_PER_SET):
+        pod, namespace = data.draw(pods(oracle_policies), label="pod")
+        cases.append(Case(f"generated/{index}", namespace, pod))
+    directory = tmp_path_factory.mktemp(f"generated-{uuid.uuid4().hex[:6]}")
+    policy_dir = directory / "policies"
+    policy_dir.mkdir()
+    for index, text in enumerate([*texts, PROBE_POLICY]):
+        (policy_dir / f"policies-{index}.yaml").write_text(text)
+    documents = compiled_documents(policy_dir)
+    server = WebhookServer.start(directory / "webhook", policy_dir)
+    try:
+        webhook = GpushareWebhook(server, control_plane.api, probe_namespace)
+        bare = outcomes(control_plane.api, cases)
+        by_webhook = under_webhook(webhook, cases)
+        by_policies = under_compiled(control_plane, webhook, documents, cases)
+    finally:
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+    assert_same(cases, bare, by_webhook, by_policies)
