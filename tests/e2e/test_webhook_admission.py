@@ -4,7 +4,7 @@
 and is registered with exactly what `gpushare webhook-config` prints (fixtures in
 conftest.py). Every pod here goes through the apiserver's whole admission chain: decoding
 and defaulting, our mutating webhook (JSON Patch applied by the apiserver), re-validation of
-the patched pod, our validating webhook, and storage in etcd. The expectation is always the
+the patched pod, our safety-net policy, and storage in etcd. The expectation is always the
 offline `gpushare mutate` of the same pod with the same policies, never a hand-written copy.
 """
 
@@ -27,8 +27,8 @@ from harness.api import as_json, create_pod, ensure_namespace, status_message
 from harness.controlplane import ControlPlane
 from harness.registration import (
     MUTATING_WEBHOOK,
+    SAFETY_NET_DENIAL,
     SHARED_RESOURCE,
-    VALIDATING_WEBHOOK,
     GpushareWebhook,
     excluded_namespaces,
 )
@@ -156,7 +156,7 @@ def test_corpus_pod_is_admitted_exactly_as_gpushare_mutate_predicts(
     mps (ml-*), mps-daemon (inference), a team policy, whole GPUs, native sidecars, envFrom,
     already-mutated and untouched pods, kube-system, and every denial (with our exact
     message). The apiserver's validation of the patched pod (extended resources: integers,
-    requests == limits), our validating webhook on the result (no drift) and storage in
+    requests == limits), the safety-net policy on the result (no drift) and storage in
     etcd are part of the check. Warnings are those the offline command prints, except where
     the registration keeps the webhook away (excluded namespaces, no annotation): there
     the apiserver never asks, so there are none.
@@ -453,14 +453,14 @@ def test_warnings_reach_the_python_client_and_kubectl(
     assert json.loads(result.stdout)["spec"] == admitted.pod["spec"]
 
 
-def test_direct_shared_gpu_request_is_denied_by_the_validating_webhook(
+def test_direct_shared_gpu_request_is_denied_by_the_safety_net(
     gpushare_webhook: GpushareWebhook, core_v1: k8s.CoreV1Api, namespace: str
 ) -> None:
     """No annotation, but nvidia.com/gpu.shared by hand: the default policy says deny.
 
     The mutating webhook never sees this pod (its matchConditions want the annotation);
-    the validating one does (its matchConditions also match the resource) and refuses it
-    with a sentence that says what to do instead.
+    the safety-net policy does (its matchConditions also match the resource) and refuses
+    it inside the apiserver, with the webhook's sentence that says what to do instead.
     """
     shared = {SHARED_RESOURCE: "1"}
     pod = plain_pod("by-hand", resources={"requests": shared, "limits": shared})
@@ -470,12 +470,11 @@ def test_direct_shared_gpu_request_is_denied_by_the_validating_webhook(
         create_pod(gpushare_webhook.api, namespace, pod)
 
     message = status_message(caught.value)
-    assert message.startswith(f'admission webhook "{VALIDATING_WEBHOOK}" denied the request: ')
+    assert message.startswith(f'pods "by-hand" is forbidden: {SAFETY_NET_DENIAL}')
     assert f"asks for {SHARED_RESOURCE} directly" in message
     assert f"annotate the pod with {FRACTION_ANNOTATION}" in message
     assert caught.value.status == 403
-    changed = gpushare_webhook.server.admission_counts().minus(before)
-    assert changed == {("validate", "denied"): 1.0}
+    assert gpushare_webhook.server.admission_counts().minus(before) == {}
     assert core_v1.list_namespaced_pod(namespace).items == []
 
 
@@ -505,14 +504,8 @@ def test_pod_without_annotation_never_reaches_the_webhook(
     assert admitted.warnings == []
 
     create_pod(api, namespace, annotated_pod("control"))
-    assert server.admission_counts().minus(before) == {
-        ("mutate", "patched"): 1.0,
-        ("validate", "allowed"): 1.0,
-    }
-    assert [e["endpoint"] for e in server.admissions(namespace, "control")] == [
-        "mutate",
-        "validate",
-    ]
+    assert server.admission_counts().minus(before) == {("mutate", "patched"): 1.0}
+    assert [e["endpoint"] for e in server.admissions(namespace, "control")] == ["mutate"]
 
 
 def restricted(pod: dict[str, Any]) -> dict[str, Any]:
@@ -541,7 +534,7 @@ def test_excluded_namespace_is_never_touched(
     """kube-system, and the webhook's own namespace, stay out of reach even when annotated.
 
     The registration's namespaceSelector keeps them from the webhook, so even a pod that
-    asks for the shared resource by hand (which the validating webhook would deny
+    asks for the shared resource by hand (which the safety-net policy would deny
     elsewhere) is admitted as written, and the webhook never hears of either.
     """
     assert excluded in excluded_namespaces(gpushare_webhook.documents)
