@@ -238,13 +238,16 @@ def package_version() -> str:
 
 
 def _add_plugged_commands(commands: Any) -> None:
-    """Server and node commands live with their edges, imported only when the CLI is built."""
+    """Commands that live with their edges (server, node, DRA templates, compile), imported
+    only when the CLI is built."""
     from webhook.compile.command import add_compile_command
+    from webhook.dra.commands import add_dra_commands
     from webhook.node.commands import add_node_commands
     from webhook.server.commands import add_server_commands
 
     add_server_commands(commands)
     add_node_commands(commands)
+    add_dra_commands(commands)
     add_compile_command(commands)
 
 

@@ -261,6 +261,7 @@ def test_mutation_touches_only_the_target_container(case: Case) -> None:
         "tolerations",
         "volumes",
         "hostIPC",
+        "resourceClaims",  # the dra mode's claim
     }
     affinity_before, affinity_after = before.get("affinity") or {}, after.get("affinity") or {}
     assert {
@@ -281,8 +282,11 @@ def test_gpu_resource_requests_equal_limits_as_integer_strings(case: Case) -> No
         for c in case.expected["spec"]["containers"]
         if c["name"] == record["container"]  # type: ignore[index]
     )
-    count = str(record.get("slots", record.get("gpus")))
     resources = container["resources"]
+    if "claimTemplate" in record:  # the dra mode: a resource claim, no extended resource
+        assert {"name": "gpushare-gpu"} in resources["claims"]
+        return
+    count = str(record.get("slots", record.get("gpus")))
     assert resources["limits"][record["resource"]] == count
     assert resources["requests"][record["resource"]] == count
 

@@ -10,6 +10,7 @@ from webhook.core.modes.base import (
     ModeProfile,
     SharingMode,
 )
+from webhook.core.modes.dra import DraConsumableMemory
 from webhook.core.modes.mps import DevicePluginMps
 from webhook.core.modes.mps_daemon import GpushareMpsDaemon
 from webhook.core.modes.time_slicing import TimeSlicing
@@ -21,6 +22,7 @@ MODES: dict[Mode, SharingMode] = {
     Mode.TIME_SLICING: TimeSlicing(),
     Mode.MPS: DevicePluginMps(),
     Mode.MPS_DAEMON: GpushareMpsDaemon(),
+    Mode.DRA: DraConsumableMemory(),
 }
 
 

@@ -24,7 +24,6 @@ take (``api/nvidia.com/resource/v1beta1``: ``gpuconfig.go``, ``sharing.go``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -109,9 +108,7 @@ def device_selectors(settings: DraSettings) -> list[dict[str, Any]]:
     if settings.product_names:
         expressions.append(_attribute_in(settings.driver, "productName", settings.product_names))
     if settings.architectures:
-        expressions.append(
-            _attribute_in(settings.driver, "architecture", settings.architectures)
-        )
+        expressions.append(_attribute_in(settings.driver, "architecture", settings.architectures))
     if settings.min_gpu_memory_mib is not None:
         capacity = f"device.capacity[{_cel_string(settings.driver)}]"
         minimum = _cel_string(format_size(settings.min_gpu_memory_mib))
@@ -268,9 +265,7 @@ class DraConsumableMemory:
             )
         return ModeChanges(
             resource_claims=(claim,),
-            record=frozen_record(
-                {"claimTemplate": template, settings.capacity: format_size(mib)}
-            ),
+            record=frozen_record({"claimTemplate": template, settings.capacity: format_size(mib)}),
             explanation=(
                 f"claim: {format_fraction(placement.fraction)} x "
                 f"{format_size(settings.gpu_memory_mib)} rounded up to "
@@ -301,9 +296,3 @@ class DraConsumableMemory:
             "Kubernetes 1.36+ (DRAConsumableCapacity), the templates "
             "(gpushare dra-templates)",
         )
-
-
-def describe_template_set(policy: Policy) -> Mapping[str, Any]:
-    """How many templates a namespace gets for ``policy``, and their range (for ``check``)."""
-    sizes = share_sizes(policy)
-    return {"count": len(sizes), "smallest": format_size(sizes[0]), "largest": format_size(sizes[-1])}

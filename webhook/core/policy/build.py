@@ -16,6 +16,8 @@ from typing import Any
 from webhook.core.policy.model import (
     Allocation,
     DirectRequests,
+    DraSettings,
+    DraSharing,
     Frameworks,
     Headroom,
     InferenceServers,
@@ -119,6 +121,19 @@ _MPS_DAEMON_FIELDS: _Fields = (
     ("hostIPC", "host_ipc", _as_is),
     ("setExclusiveProcess", "set_exclusive_process", _as_is),
 )
+_DRA_FIELDS: _Fields = (
+    ("deviceClassName", "device_class", _as_is),
+    ("driver", "driver", _as_is),
+    ("capacity", "capacity", _as_is),
+)
+_DRA_SELECTOR_FIELDS: _Fields = (
+    ("productNames", "product_names", tuple),
+    ("architectures", "architectures", tuple),
+)
+_DRA_SHARING_FIELDS: _Fields = (
+    ("strategy", "sharing", DraSharing),
+    ("timeSlicingInterval", "time_slice_interval", _as_is),
+)
 _TOLERATION_FIELDS: _Fields = (("tolerations", "tolerations", _frozen_maps),)
 _INJECT_FIELDS: _Fields = (
     ("env", "env", _env_pairs),
@@ -150,6 +165,7 @@ def build_policy(name: str, source: str, spec: Mapping[str, Any]) -> Policy:
         ),
         mps=MpsSettings(**_present(spec.get("mps", {}), _MPS_FIELDS)),
         mps_daemon=MpsDaemonSettings(**_present(spec.get("mpsDaemon", {}), _MPS_DAEMON_FIELDS)),
+        dra=_dra(spec),
         inject=_injections(spec),
         **_present(spec, _POLICY_FIELDS),
         **_present(spec.get("fraction", {}), _FRACTION_FIELDS),
@@ -160,7 +176,7 @@ def _pools(spec: Mapping[str, Any]) -> tuple[Pool, ...]:
     """Pools; one without (valid) gpuMemory of its own gets spec.gpuMemory."""
     default_memory = memory_mib(spec.get("gpuMemory"))
     pools: list[Pool] = []
-    for raw in spec["pools"]:
+    for raw in spec.get("pools", ()):  # the dra mode has none
         memory = memory_mib(raw.get("gpuMemory"))
         pools.append(
             Pool(
@@ -171,6 +187,23 @@ def _pools(spec: Mapping[str, Any]) -> tuple[Pool, ...]:
             )
         )
     return tuple(pools)
+
+
+def _dra(spec: Mapping[str, Any]) -> DraSettings:
+    """``dra``, with spec.gpuMemory; sizes that cannot be read build as 0 (``rules`` tell)."""
+    raw = spec.get("dra", {})
+    selectors = raw.get("selectors", {})
+    sizes: dict[str, Any] = {"gpu_memory_mib": memory_mib(spec.get("gpuMemory")) or 0}
+    if "granularity" in raw:
+        sizes["granularity_mib"] = memory_mib(raw["granularity"]) or 0
+    if "minGpuMemory" in selectors:
+        sizes["min_gpu_memory_mib"] = memory_mib(selectors["minGpuMemory"]) or 0
+    return DraSettings(
+        **_present(raw, _DRA_FIELDS),
+        **_present(selectors, _DRA_SELECTOR_FIELDS),
+        **_present(raw.get("sharing", {}), _DRA_SHARING_FIELDS),
+        **sizes,
+    )
 
 
 def _headroom(text: str | None) -> Headroom:

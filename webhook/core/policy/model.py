@@ -41,6 +41,7 @@ class Mode(StrEnum):
     TIME_SLICING = "time-slicing"
     MPS = "mps"
     MPS_DAEMON = "mps-daemon"
+    DRA = "dra"
 
 
 class Allocation(StrEnum):
@@ -188,6 +189,38 @@ class MpsDaemonSettings:
     set_exclusive_process: bool = True
 
 
+# The driver name (and attribute domain) of NVIDIA's DRA driver, and its DeviceClass for
+# whole GPUs (kubernetes-sigs/dra-driver-nvidia-gpu, templates/deviceclass-gpu.yaml).
+NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
+
+
+class DraSharing(StrEnum):
+    """The ``sharing.strategy`` of NVIDIA's ``GpuConfig``; NONE sends no config."""
+
+    NONE = "None"
+    TIME_SLICING = "TimeSlicing"
+    MPS = "MPS"
+
+
+@dataclass(frozen=True)
+class DraSettings:
+    """The ``dra`` mode: which devices a claim asks for, how much, and with what config."""
+
+    device_class: str = NVIDIA_DRA_DRIVER
+    driver: str = NVIDIA_DRA_DRIVER
+    # The consumable capacity a share is asked as (NVIDIA: "memory", in bytes).
+    capacity: str = "memory"
+    # spec.gpuMemory: the memory a gpu-fraction is a share of (required by the rules).
+    gpu_memory_mib: int = 0
+    # Shares round up to this; one ResourceClaimTemplate per size in each namespace.
+    granularity_mib: int = 1024
+    product_names: tuple[str, ...] = ()
+    architectures: tuple[str, ...] = ()
+    min_gpu_memory_mib: int | None = None
+    sharing: DraSharing = DraSharing.NONE
+    time_slice_interval: str | None = None
+
+
 @dataclass(frozen=True)
 class Injections:
     """Extra values a policy adds to every pod it mutates."""
@@ -224,6 +257,7 @@ class Policy:
     inference_servers: InferenceServers = field(default_factory=InferenceServers)
     mps: MpsSettings = field(default_factory=MpsSettings)
     mps_daemon: MpsDaemonSettings = field(default_factory=MpsDaemonSettings)
+    dra: DraSettings = field(default_factory=DraSettings)
     inject: Injections = field(default_factory=Injections)
     direct_requests: DirectRequests = DirectRequests.DENY
     # A digest of the spec this policy was built from, recorded in each pod it mutates, so

@@ -9,6 +9,7 @@ the same order. Rules that span policies (unique names, one default per priority
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -21,7 +22,7 @@ from webhook.core.framework_images import (
     matches,
 )
 from webhook.core.policy.build import memory_mib
-from webhook.core.policy.model import Allocation, Mode, Policy
+from webhook.core.policy.model import NVIDIA_DRA_DRIVER, Allocation, DraSharing, Mode, Policy
 from webhook.core.quantity import is_bare_number
 
 
@@ -186,6 +187,71 @@ def _pytorch_images_can_take_the_fraction(policy: Policy, spec: _Spec) -> list[F
     return findings
 
 
+# A namespace gets one ResourceClaimTemplate per share size of a dra policy; bound the count.
+MAX_DRA_TEMPLATES = 256
+
+
+def _dra_mode_rules(policy: Policy, spec: _Spec) -> list[Finding]:
+    """What the dra mode needs (gpuMemory, readable sizes, a bounded template set) and what
+    it cannot express (pools, GpuConfig for another driver); other modes must not set dra."""
+    raw = spec.get("dra", {})
+    if policy.mode is not Mode.DRA:
+        if "dra" in spec:
+            return [Finding("dra settings apply only to mode dra: remove them", ("dra",))]
+        return []
+    settings = policy.dra
+    findings = []
+    if "pools" in spec:
+        message = (
+            "mode dra shares GPUs through the scheduler's DRA allocation, not device-plugin "
+            "pools: remove pools"
+        )
+        findings.append(Finding(message, ("pools",)))
+    if "gpuMemory" not in spec:
+        message = (
+            "mode dra asks for each share as GPU memory, so it needs the memory of one GPU "
+            "that gpu-fraction is a share of: set gpuMemory (e.g. 80Gi)"
+        )
+        findings.append(Finding(message, ()))
+    selectors = raw.get("selectors", {})
+    findings += _memory_findings(raw.get("granularity"), ("dra", "granularity"))
+    findings += _memory_findings(
+        selectors.get("minGpuMemory"), ("dra", "selectors", "minGpuMemory")
+    )
+    sharing = raw.get("sharing", {})
+    if settings.sharing is not DraSharing.NONE and settings.driver != NVIDIA_DRA_DRIVER:
+        message = (
+            f"sharing.strategy {settings.sharing.value} is sent as NVIDIA's GpuConfig, which "
+            f"driver {settings.driver!r} does not read: use strategy None"
+        )
+        findings.append(Finding(message, ("dra", "sharing", "strategy")))
+    if "timeSlicingInterval" in sharing and settings.sharing is not DraSharing.TIME_SLICING:
+        message = "timeSlicingInterval needs sharing.strategy TimeSlicing"
+        findings.append(Finding(message, ("dra", "sharing", "timeSlicingInterval")))
+    if findings or not settings.gpu_memory_mib or not settings.granularity_mib:
+        return findings
+    if settings.granularity_mib > settings.gpu_memory_mib:
+        message = (
+            f"granularity {raw['granularity']!r} is more than a whole GPU ({spec['gpuMemory']}): "
+            "make it a part of gpuMemory, such as 1Gi"
+        )
+        return [Finding(message, ("dra", "granularity"))]
+    low = policy.min_fraction * settings.gpu_memory_mib / settings.granularity_mib
+    high = policy.max_fraction * settings.gpu_memory_mib / settings.granularity_mib
+    count = int(high) - int(low) + 1
+    if count > MAX_DRA_TEMPLATES:
+        spread = settings.gpu_memory_mib * (policy.max_fraction - policy.min_fraction)
+        least = math.ceil(spread / MAX_DRA_TEMPLATES)
+        message = (
+            f"about {count} share sizes between fraction.min and fraction.max at this "
+            f"granularity, each a ResourceClaimTemplate in every namespace (at most "
+            f"{MAX_DRA_TEMPLATES}): raise dra.granularity to at least {least}Mi or narrow "
+            "fraction"
+        )
+        findings.append(Finding(message, ("dra", "granularity")))
+    return findings
+
+
 RULES: tuple[Callable[[Policy, _Spec], list[Finding]], ...] = (
     _gpu_memory_is_a_size,
     _pools_follow_the_pool_rules,
@@ -196,6 +262,7 @@ RULES: tuple[Callable[[Policy, _Spec], list[Finding]], ...] = (
     _whole_gpus_not_on_the_shared_resource,
     _matches_some_namespace,
     _pytorch_images_can_take_the_fraction,
+    _dra_mode_rules,
 )
 
 

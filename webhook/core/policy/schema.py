@@ -81,6 +81,48 @@ _TOLERATION = _object(
     }
 )
 
+# A DNS subdomain: DeviceClass and driver names (k8s.io/api resource/v1).
+_SUBDOMAIN = {
+    "type": "string",
+    "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+    "maxLength": 253,
+}
+_ATTRIBUTE_VALUES = {
+    "type": "array",
+    "minItems": 1,
+    "maxItems": 32,
+    "items": {"type": "string", "pattern": "^[ -~]+$", "maxLength": 256},
+}
+_DRA = _object(
+    {
+        "deviceClassName": {**_SUBDOMAIN, "description": "DeviceClass of the GPUs."},
+        "driver": {**_SUBDOMAIN, "description": "DRA driver: attribute domain, config."},
+        "capacity": {
+            "type": "string",
+            "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+            "maxLength": 63,
+            "description": "Consumable capacity a share asks for (NVIDIA: memory).",
+        },
+        "granularity": {**_QUANTITY, "description": "Shares round up to this (1Gi)."},
+        "selectors": _object(
+            {
+                "productNames": {**_ATTRIBUTE_VALUES, "description": "productName values."},
+                "architectures": {**_ATTRIBUTE_VALUES, "description": "architecture values."},
+                "minGpuMemory": {**_QUANTITY, "description": "Least memory of a GPU."},
+            }
+        ),
+        "sharing": _object(
+            {
+                "strategy": {"enum": ["None", "TimeSlicing", "MPS"]},
+                "timeSlicingInterval": {"enum": ["Default", "Short", "Medium", "Long"]},
+            }
+        ),
+    }
+)
+
+# The other device plugins' schemes (webhook.core.policy.schemes).
+_SCHEME_MODES = ["aws-vgpu", "tencent-vcuda", "aliyun-gpushare", "hami", "kai"]
+
 _POLICY_SPEC = _object(
     {
         "default": {
@@ -98,7 +140,7 @@ _POLICY_SPEC = _object(
                 "podLabels": {**_LABEL_MAP, "description": "Labels the pod must carry."},
             }
         ),
-        "mode": {"enum": ["time-slicing", "mps", "mps-daemon"]},
+        "mode": {"enum": ["time-slicing", "mps", "mps-daemon", "dra"]},
         "resourceName": _RESOURCE_NAME,
         "allocation": {"enum": ["replica-class", "count"]},
         "fraction": _object(
@@ -167,6 +209,7 @@ _POLICY_SPEC = _object(
                 "setExclusiveProcess": {"type": "boolean"},
             }
         ),
+        "dra": _DRA,
         "inject": _object(
             {
                 "env": {
@@ -188,8 +231,15 @@ _POLICY_SPEC = _object(
             "description": "Whether pods may ask for the shared resource without the annotation.",
         },
     },
-    required=["mode", "pools"],
+    required=["mode"],
 )
+# The device plugin's modes share GPUs through pools; the dra mode has none.
+_POLICY_SPEC["allOf"] = [
+    {
+        "if": {"properties": {"mode": {"enum": ["time-slicing", "mps", "mps-daemon"]}}},
+        "then": {"required": ["pools"]},
+    }
+]
 
 _METADATA = _object({"name": _NAME}, required=["name"])
 

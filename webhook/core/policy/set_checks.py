@@ -71,7 +71,8 @@ def check_policy_set(policies: PolicySet) -> list[SetFinding]:
 
 
 def _fractions_no_pool_serves(policy: Policy) -> list[SetFinding]:
-    if policy.allocation is Allocation.COUNT:  # ceil(f*R) <= R slots: every f <= 1 fits
+    # count: ceil(f*R) <= R slots, every f <= 1 fits; no pools: the dra mode, sized per ask.
+    if policy.allocation is Allocation.COUNT or not policy.pools:
         return []
     largest = max(pool.slice_fraction for pool in policy.pools)
     low, high = policy.min_fraction, min(policy.max_fraction, 1.0)

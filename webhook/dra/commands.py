@@ -1,0 +1,167 @@
+"""``gpushare dra-templates``: the ``dra`` mode's ResourceClaimTemplates, printed or kept.
+
+Printed (``--namespace NS``, repeatable): one YAML document per template, for GitOps
+repositories or ``kubectl apply -f -``. Kept (``--apply``): server-side applied to the
+cluster, in the given namespaces or every namespace, once, or for as long as the process
+runs with ``--watch`` (the reconciler of ``webhook.dra.reconciler``, polling the policy
+files like the webhook does). Parsing and wiring only; the work is in the modules called.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from webhook.core import PolicySet, default_policies_path, load_policies
+from webhook.core.modes.dra import namespace_templates
+from webhook.dra.reconciler import PassResult, TemplateApi, TemplateReconciler, run
+from webhook.errors import GpushareError
+from webhook.server.policy_store import PolicyStore
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def add_dra_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "dra-templates",
+        help="print or apply the ResourceClaimTemplates the dra mode's pods name",
+        description=(
+            "A dra policy turns each share into a pod resource claim from a "
+            "ResourceClaimTemplate named gpushare-<policy>-<size>, one per share size the "
+            "policy allows, in every namespace the policy may govern. Without --apply, "
+            "print them for the namespaces given with --namespace. With --apply, "
+            "server-side apply them (and delete gpushare's templates no policy wants) in "
+            "those namespaces, or in all namespaces; with --watch, keep doing so as "
+            "namespaces appear and the policy files change, until SIGTERM."
+        ),
+    )
+    parser.add_argument(
+        "--policies",
+        metavar="PATH",
+        type=Path,
+        default=None,
+        help="policy file or directory (default: as gpushare serve)",
+    )
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="a namespace to make templates for; repeat for more (required without --apply)",
+    )
+    parser.add_argument(
+        "--apply",
+        action="store_true",
+        help="apply to the cluster instead of printing (all namespaces unless --namespace)",
+    )
+    parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="with --apply: keep reconciling until SIGTERM (the in-cluster Deployment)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        help="kubeconfig for --apply (default: the in-cluster ServiceAccount)",
+    )
+    parser.add_argument(
+        "--resync",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="with --watch: a full pass this often, repairing templates changed by hand "
+        "(default: 600)",
+    )
+    parser.set_defaults(func=run_dra_templates, parser=parser)
+
+
+def run_dra_templates(args: argparse.Namespace) -> int:
+    if args.watch and not args.apply:
+        args.parser.error("--watch needs --apply")
+    if not args.apply and not args.namespace:
+        args.parser.error("name the namespaces with --namespace NS, or use --apply")
+    if args.resync <= 0:
+        args.parser.error(f"--resync {args.resync:g}: give a positive number of seconds")
+    path = args.policies or default_policies_path()
+    if not args.apply:
+        _print_templates(load_policies(path), args.namespace)
+        return EXIT_OK
+    reconciler = TemplateReconciler(TemplateApi(_api_client(args.kubeconfig)), namespace_templates)
+    if args.watch:
+        return _watch(reconciler, path, args.resync)
+    policies = load_policies(path)
+    result = PassResult()
+    if args.namespace:
+        for namespace in args.namespace:
+            result.add(reconciler.reconcile_namespace(policies, namespace))
+    else:
+        result = reconciler.reconcile_all(policies)[1]
+    for line in [*result.applied]:
+        print(f"applied {line}")
+    for line in result.deleted:
+        print(f"deleted {line}")
+    for line in result.errors:
+        print(f"error: {line}", file=sys.stderr)
+    print(result.summary(), file=sys.stderr)
+    return EXIT_FAILED if result.errors else EXIT_OK
+
+
+def _print_templates(policies: PolicySet, namespaces: list[str]) -> None:
+    documents = []
+    for namespace in dict.fromkeys(namespaces):
+        templates = namespace_templates(policies, namespace)
+        if not templates:
+            print(f"# no dra policy may govern namespace {namespace!r}", file=sys.stderr)
+        documents += templates
+    if documents:
+        sys.stdout.write(yaml.safe_dump_all(documents, sort_keys=False, width=4096))
+
+
+def _api_client(kubeconfig: Path | None) -> k8s.ApiClient:
+    try:
+        if kubeconfig is not None:
+            client: k8s.ApiClient = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=str(kubeconfig), persist_config=False
+            )
+            return client
+        k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
+        return k8s.ApiClient()
+    except (k8s_config.ConfigException, OSError) as exc:
+        where = str(kubeconfig) if kubeconfig else "the in-cluster service account"
+        raise GpushareError(
+            f"cannot configure a Kubernetes client from {where}: {exc}. Run in the cluster "
+            "(with the dra-templates ServiceAccount) or pass --kubeconfig."
+        ) from exc
+
+
+def _watch(reconciler: TemplateReconciler, path: Path, resync_s: float) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    store = PolicyStore.loaded(path)
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        logging.getLogger("gpushare.dra").info("%s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, request_stop)
+
+    def current() -> PolicySet | None:
+        store.refresh()
+        return store.policies
+
+    run(reconciler, current, stop, resync_s=resync_s)
+    return EXIT_OK
