@@ -9,8 +9,9 @@ import pytest
 
 from webhook.core import load_policies
 from webhook.plan import plan
-from webhook.plan.capacity import MODELS, NotModelled, demand
+from webhook.plan.capacity import MODELS, demand
 from webhook.plan.csv_input import read_table
+from webhook.plan.demand import NotModelled
 from webhook.plan.outcome import EXACT, SchemeOutcome
 
 

@@ -12,50 +12,21 @@ scheduler (or the scheme's own scheduler) counts:
   per-GPU packing and the scheduler's per-node count agree (webhook/core/placement.py).
 - ``whole-gpu``: GPUs of a node: a pod asking k GPUs needs k free GPUs on one node.
 
-A mode added to the core without a model here is reported as "not modelled" for the pods
-it admits, never guessed. Models for other schemes register in ``MODELS`` by the mode's
-value as it appears in the record.
+The other schemes' models live in ``scheme_capacity``. A mode added to the core without a
+model in ``MODELS`` (keyed by the mode's value as the record names it) is reported as "not
+modelled" for the pods it admits, never guessed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from webhook.core import Policy, Pool
+from webhook.plan.demand import Demand, Model, NotModelled
+from webhook.plan.scheme_capacity import SCHEME_MODELS
 
 WHOLE_GPU_MODE = "whole-gpu"
-
-
-@dataclass(frozen=True)
-class Demand:
-    """What one pod takes: ``size`` of a bin of ``capacity`` in the bins of ``group``.
-
-    ``node_bins``: the bins are nodes (whole GPUs: ``capacity`` is GPUs per node), not GPUs.
-    ``share`` is the part of one GPU the pod asked for and ``memory_mib`` its GPU memory
-    where known; they measure what is left idle.
-    """
-
-    group: str
-    capacity: tuple[int, ...]
-    size: tuple[int, ...]
-    unit: str
-    gpus_per_node: int
-    share: float
-    gpu_memory_mib: int | None = None
-    memory_mib: float | None = None
-    node_bins: bool = False
-
-
-@dataclass(frozen=True)
-class NotModelled:
-    """A pod the core admitted under a mode this package has no capacity model for."""
-
-    reason: str
-
-
-Model = Callable[[Policy, Mapping[str, Any], int], Demand | NotModelled]
 
 
 def _pool(policy: Policy, name: object) -> Pool | None:
@@ -114,6 +85,7 @@ MODELS: dict[str, Model] = {
     "mps": replica_slots,
     "mps-daemon": replica_slots,
     WHOLE_GPU_MODE: whole_gpus,
+    **SCHEME_MODELS,
 }
 
 

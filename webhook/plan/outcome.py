@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from webhook.plan.capacity import Demand
+from webhook.plan.demand import Demand
 from webhook.plan.isolation import Isolation, isolation
 from webhook.plan.packing import Item, Packing, first_fit_decreasing
 from webhook.plan.schemes import Fate, Scheme

@@ -29,7 +29,8 @@ from webhook.core import (
     mutate,
 )
 from webhook.errors import GpushareError
-from webhook.plan.capacity import Demand, NotModelled, demand
+from webhook.plan.capacity import demand
+from webhook.plan.demand import Demand, NotModelled
 from webhook.plan.workload import Workload
 
 AS_CONFIGURED = "as configured"
