@@ -1,0 +1,419 @@
+"""deploy/helm/gpushare installed with the real Helm into a real kube-apiserver, answering pods.
+
+What is real: Helm (built from helm.sh/helm/v3), `helm install` and `helm upgrade` against the
+harness's kube-apiserver and etcd, the certgen hook Jobs' own command (`gpushare certs
+--in-cluster`, taken from the rendered Jobs) run as a process with the token of the chart's
+certgen ServiceAccount (so the chart's RBAC is what allows it), the webhook (`gpushare
+serve`) on the Secret that command wrote and the policies ConfigMap the chart installed, and
+the apiserver calling it through the chart's Service and webhook configurations.
+
+What cannot be here, and what stands in: no kubelet or controllers run, so Helm installs with
+--no-hooks (it would wait for the hook Jobs forever) and the test runs each Job's command at
+the point Helm would; no pod of the Deployment starts, so the webhook runs as a local process
+and an EndpointSlice, which the EndpointSlice controller would write for the ready pods, points
+the chart's Service at it. The apiserver of this module runs with
+--enable-aggregator-routing=true, so it resolves the Service to that endpoint as a cluster
+without kube-proxy on the control plane must (kube-aggregator's NewEndpointServiceResolver;
+otherwise it dials the Service's cluster IP, routed by kube-proxy). Endpoints may not be
+loopback addresses (ValidateEndpointIP), so the webhook listens on this machine's own IPv4
+address.
+
+Also here, because it needs the harness's kubectl (kustomize): the kustomize bases and the
+chart render the same objects (tests/test_helm_render.py holds the chart's admission objects
+equal to `gpushare webhook-config`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import REPO, unique_name
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from harness.api import create_pod, status_message
+from harness.cli import clean_environment
+from harness.controlplane import ControlPlane
+from harness.helm import CHART, HelmBuildError, helm_binary, run_helm, template_args
+from harness.processes import free_ports
+from harness.webhookserver import GPUSHARE, WebhookServer
+from webhook.constants import APPLIED_ANNOTATION, FRACTION_ANNOTATION
+
+RELEASE = "gpushare"
+NAMESPACE = "gpushare-system"
+SERVICE_HOST = f"{RELEASE}.{NAMESPACE}.svc"
+SHARED_RESOURCE = "nvidia.com/gpu.shared"
+HELM_ONLY_LABELS = {
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/version",
+    "helm.sh/chart",
+}
+IN_FORCE_TIMEOUT_S = 30.0
+
+
+def machine_ipv4() -> str:
+    """This machine's outbound IPv4 address (a UDP connect sends nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("198.51.100.1", 9))  # TEST-NET-2: only routing is asked
+        except OSError:
+            pytest.skip("this machine has no non-loopback IPv4 address for an endpoint")
+        address: str = probe.getsockname()[0]
+    if address.startswith("127."):
+        pytest.skip("this machine has no non-loopback IPv4 address for an endpoint")
+    return address
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    try:
+        return helm_binary()
+    except HelmBuildError as error:
+        pytest.fail(str(error), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def plane(harness_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A control plane of its own: aggregator routing, and a Fail webhook pointing at a
+    Service that the other modules must never meet."""
+    workdir = tmp_path_factory.mktemp("helm-plane")
+    with ControlPlane(
+        binary=harness_binary,
+        workdir=workdir,
+        with_scheduler=False,
+        extra_apiserver_flags=("--enable-aggregator-routing=true",),
+    ) as plane:
+        yield plane
+
+
+def helm_cli(helm: Path, plane: ControlPlane, home: Path, *args: str) -> str:
+    result = run_helm(helm, *args, "--kubeconfig", str(plane.kubeconfig), home=home)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def documents(text: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def certgen_command(rendered: list[dict[str, Any]], job: str) -> list[str]:
+    (document,) = [d for d in rendered if d["kind"] == "Job" and d["metadata"]["name"] == job]
+    command: list[str] = document["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:2] == ["gpushare", "certs"]
+    return command[1:]
+
+
+def token_kubeconfig(plane: ControlPlane, path: Path, service_account: str) -> Path:
+    """A kubeconfig with a bound token of `service_account` (TokenRequest)."""
+    request = k8s.AuthenticationV1TokenRequest(
+        spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=600)
+    )
+    token = (
+        k8s.CoreV1Api(plane.api)
+        .create_namespaced_service_account_token(service_account, NAMESPACE, request)
+        .status.token
+    )
+    ca = base64.b64encode(plane.pki.ca_cert.read_bytes()).decode()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "e2e", "cluster": {"server": plane.server, "certificate-authority-data": ca}}
+        ],
+        "users": [{"name": service_account, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "e2e", "user": service_account}}],
+        "current-context": "sa",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def run_certgen(args: list[str], kubeconfig: Path) -> subprocess.CompletedProcess[str]:
+    environment = clean_environment()
+    for proxy in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        environment.pop(proxy, None)
+    return subprocess.run(
+        [*GPUSHARE, *args, f"--kubeconfig={kubeconfig}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment,
+        cwd=REPO,
+        check=False,
+    )
+
+
+def ca_bundles(plane: ControlPlane) -> dict[str, set[str]]:
+    admission = k8s.AdmissionregistrationV1Api(plane.api)
+    bundles: dict[str, set[str]] = {}
+    for kind, read in (
+        ("Mutating", admission.read_mutating_webhook_configuration),
+        ("Validating", admission.read_validating_webhook_configuration),
+    ):
+        stored = read(RELEASE)
+        bundles[kind] = {w.client_config.ca_bundle or "" for w in stored.webhooks}
+    return bundles
+
+
+def readyz(port: int, ca_file: Path) -> bool:
+    """GET /readyz over TLS, verifying the certificate for the Service's name."""
+    context = ssl.create_default_context(cafile=str(ca_file))
+    try:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            context.wrap_socket(raw, server_hostname=SERVICE_HOST) as tls,
+        ):
+            tls.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            return tls.recv(64).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+def wait_until(what: str, check: Any, timeout: float = IN_FORCE_TIMEOUT_S) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def annotated_pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": {FRACTION_ANNOTATION: "0.5"}},
+        "spec": {"containers": [{"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.6.3-base"}]},
+    }
+
+
+def test_helm_install_certgen_and_the_webhook_answering_through_the_chart(
+    helm: Path, plane: ControlPlane, tmp_path: Path
+) -> None:
+    home = tmp_path / "helm-home"
+    host = machine_ipv4()
+    rendered = documents(run_helm(helm, *template_args(RELEASE, NAMESPACE), home=home).stdout)
+    core = k8s.CoreV1Api(plane.api)
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NAMESPACE)))
+
+    # 1. pre-install: the hook RBAC, then the create Job's command as its ServiceAccount.
+    hooks = [
+        d
+        for d in rendered
+        if d["kind"] != "Job" and "helm.sh/hook" in d["metadata"].get("annotations", {})
+    ]
+    assert {d["kind"] for d in hooks} == {
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "ClusterRole",
+        "ClusterRoleBinding",
+    }
+    plane.kubectl(
+        "apply", "--server-side", "--field-manager=helm-hooks", "-f", "-",
+        input=yaml.safe_dump_all(hooks),
+    )  # fmt: skip
+    as_certgen = token_kubeconfig(plane, tmp_path / "certgen.kubeconfig", f"{RELEASE}-certgen")
+    create = run_certgen(certgen_command(rendered, f"{RELEASE}-certgen-create"), as_certgen)
+    assert create.returncode == 0, create.stderr
+    assert f"created Secret {NAMESPACE}/{RELEASE}-tls (no Secret yet)" in create.stdout
+    assert f"no MutatingWebhookConfiguration {RELEASE} yet" in create.stdout
+
+    # 2. helm install: every object of the chart stored by the real apiserver.
+    install = helm_cli(
+        helm, plane, home, "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--no-hooks"
+    )
+    assert "STATUS: deployed" in install
+    notes = install.split("NOTES:", 1)[1]
+    assert 'gpu-fraction: "0.5"' in notes
+    assert f"kubectl -n {NAMESPACE} rollout status deployment/{RELEASE}" in notes
+    stored = {
+        (kind, name)
+        for kind, name in (
+            (d["kind"], d["metadata"]["name"])
+            for d in documents(
+                helm_cli(helm, plane, home, "get", "manifest", RELEASE, "-n", NAMESPACE)
+            )
+        )
+    }
+    assert {
+        ("Deployment", RELEASE),
+        ("Service", RELEASE),
+        ("PodDisruptionBudget", RELEASE),
+        ("ConfigMap", f"{RELEASE}-policies"),
+        ("MutatingWebhookConfiguration", RELEASE),
+        ("ValidatingAdmissionPolicy", RELEASE),
+        ("ValidatingAdmissionPolicyBinding", RELEASE),
+        ("ValidatingWebhookConfiguration", RELEASE),
+        ("NetworkPolicy", f"{RELEASE}-default-deny"),
+    } <= stored
+    assert ca_bundles(plane) == {"Mutating": {""}, "Validating": {""}}
+
+    # 3. post-install: the patch Job's command writes the Secret's CA into caBundle.
+    patch = run_certgen(certgen_command(rendered, f"{RELEASE}-certgen-patch"), as_certgen)
+    assert patch.returncode == 0, patch.stderr
+    assert f"kept Secret {NAMESPACE}/{RELEASE}-tls: valid until" in patch.stdout
+    assert f"patched caBundle of MutatingWebhookConfiguration {RELEASE}" in patch.stdout
+    secret = core.read_namespaced_secret(f"{RELEASE}-tls", NAMESPACE)
+    assert secret.type == "kubernetes.io/tls"
+    ca_b64 = secret.data["ca.crt"]
+    assert ca_bundles(plane) == {"Mutating": {ca_b64}, "Validating": {ca_b64}}
+
+    # The same token may read its own Secret, and no other.
+    core.create_namespaced_secret(
+        NAMESPACE,
+        k8s.V1Secret(metadata=k8s.V1ObjectMeta(name="someone-elses"), string_data={"a": "b"}),
+    )
+    foreign = run_certgen(
+        [
+            "certs", "--in-cluster", "--service", RELEASE, "--namespace", NAMESPACE,
+            "--secret", "someone-elses", "--webhook-configuration", RELEASE,
+        ],
+        as_certgen,
+    )  # fmt: skip
+    assert foreign.returncode == 1
+    assert f"Cannot read Secret {NAMESPACE}/someone-elses: HTTP 403 Forbidden." in foreign.stderr
+    assert "lacks the RBAC the chart's certgen Role and ClusterRole grant" in foreign.stderr
+    untouched = core.read_namespaced_secret("someone-elses", NAMESPACE)
+    assert base64.b64decode(untouched.data["a"]) == b"b"
+
+    # 4. The webhook, on the Secret and the chart's policies, behind the chart's Service.
+    certs = tmp_path / "tls"
+    certs.mkdir()
+    for key in ("ca.crt", "tls.crt", "tls.key"):
+        (certs / key).write_bytes(base64.b64decode(secret.data[key]))
+    (certs / "tls.key").chmod(0o600)
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    for name, text in core.read_namespaced_config_map(
+        f"{RELEASE}-policies", NAMESPACE
+    ).data.items():
+        (policies / name).write_text(text)
+    (port,) = free_ports(1)
+    server = WebhookServer.launch(
+        tmp_path / "serve", policies, certs, port=port, extra_args=("--host", "0.0.0.0")
+    )
+    try:
+        wait_until(
+            "gpushare serve /readyz",
+            lambda: server.check_alive() or readyz(port, certs / "ca.crt"),
+            60,
+        )
+        service = core.read_namespaced_service(RELEASE, NAMESPACE)
+        assert service.spec.ports[0].port == 443 and service.spec.ports[0].name == "https"
+        # What the EndpointSlice controller writes for a ready pod of the Deployment.
+        k8s.DiscoveryV1Api(plane.api).create_namespaced_endpoint_slice(
+            NAMESPACE,
+            k8s.V1EndpointSlice(
+                metadata=k8s.V1ObjectMeta(
+                    name=f"{RELEASE}-local", labels={"kubernetes.io/service-name": RELEASE}
+                ),
+                address_type="IPv4",
+                endpoints=[
+                    k8s.V1Endpoint(
+                        addresses=[host], conditions=k8s.V1EndpointConditions(ready=True)
+                    )
+                ],
+                ports=[k8s.DiscoveryV1EndpointPort(name="https", port=port, protocol="TCP")],
+            ),
+        )
+        namespace = unique_name("helm")
+        core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace)))
+
+        def mutated() -> dict[str, Any] | None:
+            try:
+                pod = create_pod(
+                    plane.api, namespace, annotated_pod(unique_name("half")), dry_run=True
+                ).pod
+            except ApiException as error:
+                # Until the informers see the EndpointSlice and caBundle: Fail refuses.
+                assert error.status in (500, 403), status_message(error)
+                return None
+            return pod
+
+        wait_until("the webhook answering through the chart's Service", mutated)
+        admitted = create_pod(plane.api, namespace, annotated_pod("half-a-gpu")).pod
+        record = json.loads(admitted["metadata"]["annotations"][APPLIED_ANNOTATION])
+        assert record["resource"] == SHARED_RESOURCE
+        limits = admitted["spec"]["containers"][0]["resources"]["limits"]
+        assert limits[SHARED_RESOURCE] == "1"
+
+        # 5. helm upgrade keeps the caBundle (Helm's 3-way merge leaves fields it never
+        # wrote), and the Jobs' commands, run again, change nothing.
+        helm_cli(
+            helm, plane, home, "upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE,
+            "--no-hooks", "--set", "replicaCount=4",
+        )  # fmt: skip
+        assert ca_bundles(plane) == {"Mutating": {ca_b64}, "Validating": {ca_b64}}
+        again = run_certgen(certgen_command(rendered, f"{RELEASE}-certgen-create"), as_certgen)
+        assert again.returncode == 0, again.stderr
+        assert "kept Secret" in again.stdout
+        assert f"MutatingWebhookConfiguration {RELEASE} already trusts the CA" in again.stdout
+        after = core.read_namespaced_secret(f"{RELEASE}-tls", NAMESPACE)
+        assert after.metadata.resource_version == secret.metadata.resource_version
+        assert create_pod(plane.api, namespace, annotated_pod("second")).pod["metadata"][
+            "annotations"
+        ][APPLIED_ANNOTATION]
+    finally:
+        server.stop()
+
+
+# -- the kustomize bases and the chart ---------------------------------------------------------
+
+
+def normalised(documents_: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Objects by (kind, name), without what only Helm adds (its labels, the instance in
+    selectors) and without comments' effect (YAML already drops them)."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in HELM_ONLY_LABELS}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return {(d["kind"], d["metadata"]["name"]): strip(d) for d in documents_}
+
+
+def test_the_kustomize_overlay_and_the_chart_render_the_same_objects(
+    helm: Path, plane: ControlPlane, tmp_path: Path
+) -> None:
+    """deploy/overlays/cert-manager (base + cert-manager) against the chart in cert-manager
+    mode with the base's settings (the chart's defaults are the base's): every object both
+    render is equal; the rest is listed and explained."""
+    kustomized = normalised(
+        documents(plane.kubectl("kustomize", str(REPO / "deploy/overlays/cert-manager")).stdout)
+    )
+    chart = normalised(
+        documents(
+            run_helm(
+                helm,
+                *template_args(RELEASE, NAMESPACE, sets=("certificates.mode=cert-manager",)),
+                home=tmp_path,
+            ).stdout
+        )
+    )
+    only_kustomize = set(kustomized) - set(chart)
+    only_chart = set(chart) - set(kustomized)
+    # The Namespace: Helm installs into one (--create-namespace), NOTES says how to label it.
+    assert only_kustomize == {("Namespace", NAMESPACE)}
+    # The safety net lives in the chart; the overlay's webhooks.yaml predates it.
+    assert only_chart <= {
+        ("ValidatingAdmissionPolicy", RELEASE),
+        ("ValidatingAdmissionPolicyBinding", RELEASE),
+    }
+    different = [key for key in set(chart) & set(kustomized) if chart[key] != kustomized[key]]
+    assert not different, {key: (kustomized[key], chart[key]) for key in different}
