@@ -4,7 +4,7 @@ path (``gpushare compile``).
     plan        one policy's decision as CEL variables (request, container, pool, problems)
     selection   which policy governs a pod, as one CEL condition per policy
     mutating    the MutatingAdmissionPolicy and binding: the webhook's patch as JSONPatch
-    validating  the ValidatingAdmissionPolicy and binding: the webhook's denials
+    validating  the ValidatingAdmissionPolicies and bindings: the webhook's denials
     refusals    what cannot be compiled (refused, naming the field), and what is left out
     cel         CEL text: literals, globs, the number formatting the webhook uses
 
@@ -21,7 +21,7 @@ from typing import Any
 from webhook.compile.mutating import MutatingPolicy
 from webhook.compile.plan import s
 from webhook.compile.refusals import CompileRefusedError, Refusal, notes, refusals
-from webhook.compile.validating import ValidatingPolicy
+from webhook.compile.validating import denials, direct_requests
 from webhook.constants import (
     ALWAYS_EXCLUDED_NAMESPACES,
     MIRROR_POD_ANNOTATION,
@@ -59,7 +59,8 @@ def _namespace_selector(policies: PolicySet) -> dict[str, Any]:
 
 
 def compile_policies(policies: PolicySet) -> list[dict[str, Any]]:
-    """Every policy as a MutatingAdmissionPolicy, a ValidatingAdmissionPolicy and their
+    """Every policy as a MutatingAdmissionPolicy (and a ValidatingAdmissionPolicy for asking
+    by hand where it denies that), one ValidatingAdmissionPolicy for the denials, and their
     bindings; ``CompileRefusedError`` naming each field that cannot be compiled."""
     refused = refusals(policies)
     if refused:
@@ -82,6 +83,5 @@ def compile_policies(policies: PolicySet) -> list[dict[str, Any]]:
         name = object_name(policy.name)
         mutating = MutatingPolicy(policy, policies, name)
         documents += mutating.documents([annotated, not_mirror], selector)
-        validating = ValidatingPolicy(policy, policies, name, mutating.plan)
-        documents += validating.documents([not_mirror], selector)
-    return documents
+        documents += direct_requests(policy, policies, name, [not_mirror], selector)
+    return [*documents, *denials(selector)]

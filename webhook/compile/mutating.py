@@ -22,11 +22,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.compile import cel
-from webhook.compile.plan import PlanCel, V, node_memory_expression, s
+from webhook.compile.plan import DENIAL_ANNOTATION, PlanCel, V, node_memory_expression, s
 from webhook.compile.selection import governs
 from webhook.constants import (
     APPLIED_ANNOTATION,
-    DEVICES_ANNOTATION,
     MPS_MEMORY_LIMIT_VAR,
     MPS_PIPE_DIRECTORY_VAR,
     MPS_THREAD_PERCENTAGE_VAR,
@@ -46,7 +45,9 @@ def escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def op(kind: str, path: str, value: str) -> str:
+def op(kind: str, path: str, value: str | None = None) -> str:
+    if value is None:
+        return f"JSONPatch{{op: {s(kind)}, path: {path}}}"
     return f"JSONPatch{{op: {s(kind)}, path: {path}, value: {value}}}"
 
 
@@ -336,9 +337,12 @@ class MutatingPolicy:
             self._injections(),
             f"[{op('add', record, self._record(whole=True))}]",
         ]
+        denial = s("/metadata/annotations/" + escape(DENIAL_ANNOTATION))
+        reasons = f"{V}bad.size() > 0 ? '422 ' + {V}bad.join(' ') : '403 ' + {V}problems.join(' ')"
+        stale = f"({s(DENIAL_ANNOTATION)} in {V}a ? [{op('remove', denial)}] : [])"
         return (
-            f"{V}bad.size() > 0 || {V}problems.size() > 0 ? [] : {V}whole ? "
-            f"{' + '.join(whole_ops)} : {shared}"
+            f"{V}bad.size() > 0 || {V}problems.size() > 0 ? [{op('add', denial, reasons)}] : "
+            f"{stale} + ({V}whole ? {' + '.join(whole_ops)} : {shared})"
         )
 
     # -- the documents --------------------------------------------------------------------
@@ -349,10 +353,6 @@ class MutatingPolicy:
         policy = self.policy
         conditions = [
             *match_conditions,
-            {
-                "name": "no-devices-annotation",
-                "expression": f"!({s(DEVICES_ANNOTATION)} in object.metadata.annotations)",
-            },
             {"name": "governed-by-policy", "expression": governs(policy, self.policies)},
         ]
         spec = {

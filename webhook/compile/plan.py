@@ -45,6 +45,11 @@ from webhook.core.policy.model import Allocation, FrameworkImages, Mode, Policy,
 from webhook.core.request import MAX_VALUE_LENGTH, MAX_WHOLE_GPUS
 
 V = "variables."
+# Where the mutating policy writes why it left a pod alone ("422 ..." or "403 ...", the
+# webhook's status code and its reasons); the validating policy denies the pod with it. A
+# user cannot use it to deny or admit anything: the mutating policy removes it from every
+# pod it mutates and writes it on every pod it does not.
+DENIAL_ANNOTATION = "gpushare.io/denied"
 # Granted shares are at most 1: this marks a pool that cannot take the request.
 NO_POOL = "9.0"
 # webhook.core.placement._LARGEST_GPU_MEMORY_MIB and _AGREEMENT_TOLERANCE.
@@ -529,7 +534,11 @@ class PlanCel:
                 "!has(m.recursiveReadOnly))",
             )
         # Request problems and a bad container name are 422s, alone (planning.plan_pod).
-        add("bad", f"{V}rp.size() > 0 ? {V}rp : {V}cp")
+        add(
+            "bad",
+            f"{s(DEVICES_ANNOTATION)} in {V}a ? [{s(DEVICES_REFUSAL)}] : "
+            f"{V}rp.size() > 0 ? {V}rp : {V}cp",
+        )
         add("other", self._other_asks())
         whole = policy.whole_gpus
         limit = "no whole GPUs" if whole.max == 0 else f"at most {whole.max} whole GPUs"
@@ -650,8 +659,8 @@ class PlanCel:
         return "true"
 
 
-# The gpu-fraction-num-devices annotation (a share on several GPUs) is not compiled; the
-# validating policy refuses pods carrying it with this sentence.
+# The gpu-fraction-num-devices annotation (a share on several GPUs) is not compiled; pods
+# carrying it are refused with this sentence.
 DEVICES_REFUSAL = (
     f"{DEVICES_ANNOTATION} is not supported by gpushare's compiled admission policies: "
     "remove it, or ask the cluster admin for the gpushare webhook."

@@ -1,16 +1,17 @@
-"""The ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1) of one gpushare policy, and
-its binding: the webhook's denials, said in the webhook's words.
+"""The ValidatingAdmissionPolicies (admissionregistration.k8s.io/v1) of the compiled set: the
+webhook's denials, in the webhook's words and status codes.
 
-Validating policies run after every mutation, on the pod as it will be stored. It declares
-the same variables as the mutating policy (``plan.PlanCel``): a pod the mutating policy
-changed plans again without problems, so only pods left alone for a reason are denied, with
-the reasons the webhook gives, joined by spaces as its AdmissionResponse message joins them.
-A request that cannot be read is ``Invalid`` (HTTP 422), a request that breaks the policy
-``Forbidden`` (403), as the webhook's status codes.
+Validating policies run after every mutation, on the pod as it will be stored. The mutating
+policy of a pod's governing policy has already planned it: where it found problems it wrote
+them into ``gpushare.io/denied`` (``plan.DENIAL_ANNOTATION``) instead of mutating, so one
+small policy for the whole set denies exactly those pods, with those reasons (joined by
+spaces, as the webhook's AdmissionResponse message joins them): a request that cannot be
+read is ``Invalid`` (HTTP 422), one that breaks the policy ``Forbidden`` (403). Planning is
+done once per pod, in the mutating policy; the check here reads one annotation.
 
-Where the policy denies asking for its shared resource by hand (``directResourceRequests:
-deny``), a pod without the annotations that does so is denied too, as by the validating
-webhook.
+Where a policy denies asking for its shared resource by hand (``directResourceRequests:
+deny``), a policy of its own denies a pod without the annotations that does so, as the
+validating webhook does; its first condition lets only pods asking for that resource through.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.compile.mutating import API_VERSION, _labels, _match_constraints
-from webhook.compile.plan import DEVICES_REFUSAL, PlanCel, V, s
+from webhook.compile.plan import DENIAL_ANNOTATION, s
 from webhook.compile.selection import governs
-from webhook.constants import DEVICES_ANNOTATION, FRACTION_ANNOTATION, REQUEST_ANNOTATIONS
+from webhook.constants import FRACTION_ANNOTATION, REQUEST_ANNOTATIONS
 from webhook.core.policy.model import DirectRequests, Policy, PolicySet
+
+DENIALS_NAME = "gpushare-denials"
 
 
 def annotated() -> str:
@@ -29,9 +32,58 @@ def annotated() -> str:
     return f"has(object.metadata.annotations) && ({tests})"
 
 
-def _direct_request(policy: Policy) -> str:
-    """``verdict._validate_direct_requests``: the first container or init container asking
-    for the policy's shared resource by hand."""
+def _binding(
+    name: str, namespace_selector: dict[str, Any], labels: dict[str, str]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": namespace_selector},
+        },
+    }
+
+
+def denials(namespace_selector: dict[str, Any]) -> list[dict[str, Any]]:
+    """The policy denying what the mutating policies refused, and its binding."""
+    note = f"object.metadata.annotations[{s(DENIAL_ANNOTATION)}]"
+    labels = {"app.kubernetes.io/name": "gpushare"}
+    policy = {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": DENIALS_NAME, "labels": labels},
+        "spec": {
+            "matchConstraints": _match_constraints(),
+            "matchConditions": [
+                {
+                    "name": "refused-by-gpushare",
+                    "expression": "has(object.metadata.annotations) && "
+                    f"{s(DENIAL_ANNOTATION)} in object.metadata.annotations",
+                }
+            ],
+            "failurePolicy": "Fail",
+            "validations": [
+                {
+                    "expression": f"!{note}.startsWith('422 ')",
+                    "messageExpression": f"{note}.substring(4)",
+                    "reason": "Invalid",
+                },
+                {
+                    "expression": f"{note}.startsWith('422 ')",
+                    "messageExpression": f"{note}.substring(4)",
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    }
+    return [policy, _binding(DENIALS_NAME, namespace_selector, labels)]
+
+
+def _asks_by_hand(policy: Policy) -> str:
+    """Containers and init containers asking for the policy's shared resource by hand."""
     resource = s(policy.resource_name)
     asks = (
         f"has(x.resources) && ((has(x.resources.limits) && {resource} in x.resources.limits) || "
@@ -41,85 +93,44 @@ def _direct_request(policy: Policy) -> str:
     return f"(object.spec.containers + {init}).filter(x, {asks})"
 
 
-class ValidatingPolicy:
-    """The validating admission policy of ``policy`` within ``policies``."""
-
-    def __init__(self, policy: Policy, policies: PolicySet, name: str, plan: PlanCel) -> None:
-        self.policy = policy
-        self.policies = policies
-        self.name = name
-        self.plan = plan
-
-    def validations(self) -> list[dict[str, Any]]:
-        ann = annotated()
-        found = [
-            {
-                "expression": f"!({ann}) || !({s(DEVICES_ANNOTATION)} in {V}a)",
-                "message": DEVICES_REFUSAL,
-                "reason": "Invalid",
+def direct_requests(
+    policy: Policy,
+    policies: PolicySet,
+    name: str,
+    match_conditions: list[dict[str, str]],
+    namespace_selector: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """``verdict._validate_direct_requests`` for ``policy``; nothing where it allows them."""
+    if policy.direct_requests is not DirectRequests.DENY:
+        return []
+    offenders = _asks_by_hand(policy)
+    first = f"{offenders}[0].name"
+    message = f"'container ' + \"'\" + {first} + \"'\" + " + s(
+        f" asks for {policy.resource_name} directly, which policy {policy.name!r} does "
+        f'not allow: remove it and annotate the pod with {FRACTION_ANNOTATION}: "0.5" '
+        "(or the share you need) instead."
+    )
+    labels = _labels(policy)
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "matchConstraints": _match_constraints(),
+                "matchConditions": [
+                    {
+                        "name": "asks-by-hand",
+                        "expression": f"!({annotated()}) && {offenders}.size() > 0",
+                    },
+                    *match_conditions,
+                    {"name": "governed-by-policy", "expression": governs(policy, policies)},
+                ],
+                "failurePolicy": "Fail",
+                "validations": [
+                    {"expression": "false", "messageExpression": message, "reason": "Forbidden"}
+                ],
             },
-            {
-                "expression": f"!({ann}) || {V}bad.size() == 0",
-                "messageExpression": f"{V}bad.join(' ')",
-                "reason": "Invalid",
-            },
-            {
-                "expression": f"!({ann}) || {V}bad.size() > 0 || {V}problems.size() == 0",
-                "messageExpression": f"{V}problems.join(' ')",
-                "reason": "Forbidden",
-            },
-        ]
-        policy = self.policy
-        if policy.direct_requests is DirectRequests.DENY:
-            offenders = _direct_request(policy)
-            name = f"{offenders}[0].name"
-            found.append(
-                {
-                    "expression": f"({ann}) || {offenders}.size() == 0",
-                    "messageExpression": (
-                        f"'container ' + \"'\" + {name} + \"'\" + "
-                        + s(
-                            f" asks for {policy.resource_name} directly, which policy "
-                            f"{policy.name!r} does not allow: remove it and annotate the pod "
-                            f'with {FRACTION_ANNOTATION}: "0.5" (or the share you need) instead.'
-                        )
-                    ),
-                    "reason": "Forbidden",
-                }
-            )
-        return found
-
-    def documents(
-        self, match_conditions: list[dict[str, str]], namespace_selector: dict[str, Any]
-    ) -> list[dict[str, Any]]:
-        conditions = [
-            *match_conditions,
-            {"name": "governed-by-policy", "expression": governs(self.policy, self.policies)},
-        ]
-        if self.policy.direct_requests is DirectRequests.ALLOW:
-            conditions.insert(0, {"name": "requests-gpu-share", "expression": annotated()})
-        labels = _labels(self.policy)
-        return [
-            {
-                "apiVersion": API_VERSION,
-                "kind": "ValidatingAdmissionPolicy",
-                "metadata": {"name": self.name, "labels": labels},
-                "spec": {
-                    "matchConstraints": _match_constraints(),
-                    "matchConditions": conditions,
-                    "failurePolicy": "Fail",
-                    "variables": [{"name": n, "expression": e} for n, e in self.plan.variables],
-                    "validations": self.validations(),
-                },
-            },
-            {
-                "apiVersion": API_VERSION,
-                "kind": "ValidatingAdmissionPolicyBinding",
-                "metadata": {"name": self.name, "labels": labels},
-                "spec": {
-                    "policyName": self.name,
-                    "validationActions": ["Deny"],
-                    "matchResources": {"namespaceSelector": namespace_selector},
-                },
-            },
-        ]
+        },
+        _binding(name, namespace_selector, labels),
+    ]
