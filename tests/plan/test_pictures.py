@@ -52,6 +52,7 @@ def test_bar_chart_svg_says_the_plan(results: list[SchemeOutcome], tmp_path: Pat
         assert result.scheme.name in words
     labels = [texts(group(root, f"label-{n}"))[0] for n in range(len(results))]
     assert labels == [str(r.gpus) for r in results]
+    assert all(r.pods_served for r in results)
     heights = [height(group(root, f"gpus-{n}")) for n in range(len(results))]
     ratios = [h / r.gpus for h, r in zip(heights, results, strict=True)]
     assert max(ratios) == pytest.approx(min(ratios), rel=1e-3), "bars proportional to GPUs"
@@ -124,3 +125,13 @@ def test_other_suffixes_are_refused(results: list[SchemeOutcome], tmp_path: Path
 
     with pytest.raises(GpushareError, match=r"chart.jpg: pictures are .png or .svg files"):
         bar_chart(results, tmp_path / "chart.jpg")
+
+
+def test_a_scheme_that_packs_nothing_says_why(policy_dir: Path, tmp_path: Path) -> None:
+    """Every pod denied: the bar is labelled "none served", not "0"."""
+    table = tmp_path / "odd.csv"
+    table.write_text("name,fraction,count\nodd,0.7,3\n")
+    results = plan(read_table(str(table)), load_policies(policy_dir), names=["default"])
+    path = tmp_path / "chart.svg"
+    bar_chart(results, path)
+    assert texts(group(ET.parse(path).getroot(), "label-0")) == ["none served"]

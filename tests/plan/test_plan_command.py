@@ -27,7 +27,7 @@ def test_table(policy_dir: Path, mix_csv: Path, capsys: pytest.CaptureFixture[st
     # inference-mps-daemon counts slots of 1/10: 0.7 -> 7, 0.5 -> 5, 0.25 -> 3, 0.1 -> 1;
     # FFD: [7 3] [5 5] [5 3 1 1] [3 3 3 1] [3 3 3 1] [3 3 1 1 1]: 6 GPUs, + 4 whole = 10.
     assert lines[3].split() == ["GPUs", "needed", "11", "11", "10", "10"]
-    assert '  not served: odd (1 pods): gpu-fraction "0.7" does not fit any GPU pool' in out
+    assert '  not served: odd (1 pod): gpu-fraction "0.7" does not fit any GPU pool' in out
 
 
 def test_json_and_pictures(

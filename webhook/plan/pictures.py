@@ -90,7 +90,12 @@ def bar_chart(results: Sequence[SchemeOutcome], path: Path) -> None:
                 gid=f"bound-{index}",
             )
             axes.text(
-                index, result.gpus, f"{result.gpus}", ha="center", va="bottom", gid=f"label-{index}"
+                index,
+                result.gpus,
+                bar_label(result),
+                ha="center",
+                va="bottom",
+                gid=f"label-{index}",
             )
         axes.set_xticks(range(len(results)), names, rotation=15, ha="right")
         axes.set_ylabel("GPUs")
@@ -99,6 +104,13 @@ def bar_chart(results: Sequence[SchemeOutcome], path: Path) -> None:
         figure.tight_layout()
         _save(figure, path)
         plt.close(figure)
+
+
+def bar_label(result: SchemeOutcome) -> str:
+    """The number on a bar; a scheme that packs nothing says why instead of "0"."""
+    if result.pods_served:
+        return str(result.gpus)
+    return "not modelled" if result.not_modelled else "none served"
 
 
 def _rows(result: SchemeOutcome) -> tuple[list[tuple[PoolOutcome, int]], int]:

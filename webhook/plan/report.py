@@ -37,12 +37,13 @@ def _rows(results: Sequence[SchemeOutcome]) -> list[tuple[str, list[str]]]:
         ("  lower bound", [f"{r.lower_bound_gpus}" for r in results]),
         ("  one GPU per pod", [f"{r.one_gpu_per_pod}" for r in results]),
         ("nodes needed", [f"{r.nodes}" for r in results]),
-        ("compute idle", [f"{r.idle_gpus:.2f} GPUs" for r in results]),
-        ("memory idle", [_gib(r.idle_memory_mib) for r in results]),
+        ("compute idle", [f"{r.idle_gpus:.2f} GPUs" if r.pools else "-" for r in results]),
+        ("memory idle", [_gib(r.idle_memory_mib) if r.pools else "-" for r in results]),
         ("memory isolation", [_isolation(r, "memory") for r in results]),
         ("compute cap", [_isolation(r, "compute") for r in results]),
         ("fault domain", [_isolation(r, "fault_domain") for r in results]),
-        ("pods not served", [f"{r.pods_not_served}" for r in results]),
+        ("pods not served", [f"{sum(i.pods for i in r.denied)}" for r in results]),
+        ("pods not modelled", [f"{sum(i.pods for i in r.not_modelled)}" for r in results]),
     ]
 
 
@@ -78,17 +79,27 @@ def details(results: Sequence[SchemeOutcome]) -> str:
         lines.append(f"{result.scheme.name}:")
         for pool in result.pools:
             lines.append(
-                f"  {pool.group}: {pool.pods} pods on {pool.gpus} GPUs, {pool.nodes} nodes of "
-                f"{pool.gpus_per_node} GPUs (lower bound {pool.lower_bound_gpus} GPUs; "
-                f"{pool.bound})"
+                f"  {pool.group}: {_count(pool.pods, 'pod')} on {_count(pool.gpus, 'GPU')}, "
+                f"{_count(pool.nodes, 'node')} of {pool.gpus_per_node} GPUs (lower bound "
+                f"{pool.lower_bound_gpus}; {pool.bound})"
             )
-        for item in (*result.denied, *result.not_modelled):
-            lines.append(f"  not served: {item.workload} ({item.pods} pods): {item.reasons[0]}")
-            lines += [f"    {reason}" for reason in item.reasons[1:]]
+        for heading, items in (
+            ("not served", result.denied),
+            ("not modelled", result.not_modelled),
+        ):
+            for item in items:
+                lines.append(
+                    f"  {heading}: {item.workload} ({_count(item.pods, 'pod')}): {item.reasons[0]}"
+                )
+                lines += [f"    {reason}" for reason in item.reasons[1:]]
         if result.untouched:
             pods = sum(item.pods for item in result.untouched)
             lines.append(f"  untouched by gpushare: {pods} pods (no annotation or excluded)")
     return "\n".join(lines)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _not_served(items: Sequence[NotServed]) -> list[dict[str, Any]]:
