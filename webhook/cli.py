@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from webhook.all_modes import SchemeView, check_all_modes, print_explain, print_mutate
 from webhook.core import (
     Denied,
     Planned,
@@ -77,6 +78,16 @@ def _manifest_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _all_modes_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--all-modes",
+        action="store_true",
+        help="try every policy of --policies alone, for every namespace, and show what the "
+        "pod gets, what is isolated and what must run on the nodes under each scheme (exit "
+        "3 only when a document is denied under all of them)",
+    )
+
+
 def _check(args: argparse.Namespace, *, explain: bool = False) -> list[Checked]:
     documents = read_manifests(args.file, recursive=args.recursive)
     policies: PolicySet = load_policies(args.policies or default_policies_path())
@@ -93,7 +104,17 @@ def _print_verdicts(checked: Sequence[Checked]) -> int:
     return EXIT_DENIED if any(item.verdict == DENIED for item in checked) else EXIT_OK
 
 
+def _all_modes(args: argparse.Namespace, *, explain: bool) -> list[SchemeView]:
+    documents = read_manifests(args.file, recursive=args.recursive)
+    policies: PolicySet = load_policies(args.policies or default_policies_path())
+    return check_all_modes(documents, policies, args.namespace, explain=explain)
+
+
 def _cmd_mutate(args: argparse.Namespace) -> int:
+    if args.all_modes:
+        if args.output == "patch":
+            raise ManifestError("--all-modes prints every scheme: use -o yaml or -o json.")
+        return print_mutate(_all_modes(args, explain=False), args.output)
     checked = _check(args)
     if args.output == "patch" and len(checked) != 1:
         raise ManifestError(
@@ -143,6 +164,8 @@ def _explain_lines(item: Checked) -> list[str]:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
+    if args.all_modes:
+        return print_explain(_all_modes(args, explain=True), args.output)
     checked = _check(args, explain=True)
     if args.output == "json":
         print(json.dumps(report(checked, "ExplainReport", with_result=False), indent=2))
@@ -183,6 +206,7 @@ def _add_manifest_commands(commands: Any) -> None:
         "verdict, reasons, warnings, JSON Patch and result; patch: the JSON Patch of the one "
         "document given (default: yaml)",
     )
+    _all_modes_argument(mutate_parser)
     mutate_parser.set_defaults(func=_cmd_mutate)
 
     explain_parser = commands.add_parser(
@@ -202,6 +226,7 @@ def _add_manifest_commands(commands: Any) -> None:
         default="text",
         help="text, or json: a report with each document's verdict and explanation",
     )
+    _all_modes_argument(explain_parser)
     explain_parser.set_defaults(func=_cmd_explain)
 
 

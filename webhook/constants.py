@@ -11,6 +11,10 @@ from __future__ import annotations
 FRACTION_ANNOTATION = "gpu-fraction"
 MEMORY_ANNOTATION = "gpu-memory"
 CONTAINER_ANNOTATION = "gpu-fraction-container-name"
+# The share on each of this many GPUs, as KAI-Scheduler reads it (NVIDIA/KAI-Scheduler
+# pkg/common/resources/gpu_sharing.go: GetNumGPUFractionDevices); modes that cannot give
+# several GPUs refuse more than one.
+DEVICES_ANNOTATION = "gpu-fraction-num-devices"
 # Either one makes a pod gpushare's business; the webhook configurations' matchConditions
 # send only pods carrying one of these.
 REQUEST_ANNOTATIONS: tuple[str, ...] = (FRACTION_ANNOTATION, MEMORY_ANNOTATION)

@@ -7,7 +7,10 @@ The ``KAI_CASES`` are KAI-Scheduler's own validator cases, ported: KAI-Scheduler
 looks for ``nvidia.com/gpu`` in every container and init container (``getFirstGPULimit``).
 gpushare differs where its own rules say more: ``gpu-fraction`` and ``gpu-memory`` together
 are admitted when they agree, and whole GPUs come from ``gpu-fraction: "2"``. KAI's MPS
-annotation and ``gpu-fraction-num-devices`` are KAI's own and ignored here.
+annotation is KAI's own and ignored here. ``gpu-fraction-num-devices`` is read as KAI reads
+it (the share on each of that many GPUs): the bundled time-slicing policy gives a share of
+one GPU, so it refuses more than one device instead of silently giving less (modes that
+give several, hami and kai, are tested in tests/core/test_schemes.py).
 """
 
 from __future__ import annotations
@@ -115,18 +118,19 @@ KAI_CASES = [
         'gpu-fraction "1.2" is more than one GPU but not a whole number',
     ),
     (
-        "allow GPU fraction count with memory",
+        "GPU fraction count with memory: one GPU under time-slicing",
         {"gpu-fraction-num-devices": "2", "gpu-memory": "1000"},
         [_container("main")],
-        True,
-        "",
+        False,
+        'gpu-fraction-num-devices "2" asks for the share on 2 GPUs, but mode time-slicing of '
+        "policy 'default' gives a share of one GPU",
     ),
     (
-        "allow GPU fraction count with fractions",
+        "GPU fraction count with fractions: one GPU under time-slicing",
         {"gpu-fraction-num-devices": "2", "gpu-fraction": "0.3"},
         [_container("main")],
-        True,
-        "",
+        False,
+        'gpu-fraction-num-devices "2" asks for the share on 2 GPUs',
     ),
 ]
 

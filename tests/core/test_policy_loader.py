@@ -151,7 +151,8 @@ def test_replicas_below_two_names_path_value_and_line() -> None:
 def test_mode_typo_lists_the_accepted_modes() -> None:
     text = _policy(VALID_SPEC.replace("time-slicing", "timeslicing"))
     assert _problems(text) == [
-        "team.yaml: spec.mode: 'timeslicing' is not one of time-slicing, mps, mps-daemon (line 7)"
+        "team.yaml: spec.mode: 'timeslicing' is not one of time-slicing, mps, mps-daemon, dra, "
+        "aws-vgpu, tencent-vcuda, aliyun-gpushare, hami, kai (line 7)"
     ]
 
 
@@ -160,7 +161,7 @@ def test_unknown_field_names_the_field_and_lists_the_allowed_ones() -> None:
     [problem] = _problems(text)
     assert problem.startswith("team.yaml: spec")
     assert "unknown field 'replica';" in problem  # nothing at spec level is close to it
-    assert "allowed fields: allocation, default," in problem
+    assert "allowed fields: aliyunGpushare, allocation, awsVgpu, default," in problem
 
 
 @pytest.mark.parametrize(
@@ -449,7 +450,8 @@ def test_policy_check_exits_2_with_one_line_per_problem_and_checks_every_path(
     run = run_cli("policy", "check", str(bad), str(MPS_EXAMPLE))
     assert run.returncode == 2
     assert run.stderr.splitlines() == [
-        f"{bad}: spec.mode: 'timeslicing' is not one of time-slicing, mps, mps-daemon (line 7)",
+        f"{bad}: spec.mode: 'timeslicing' is not one of time-slicing, mps, mps-daemon, dra, "
+        "aws-vgpu, tencent-vcuda, aliyun-gpushare, hami, kai (line 7)",
         f"{bad}: spec.pools[0].replicas: 1 is less than the minimum of 2 (line 10)",
     ]
     assert run.stdout == ""  # one invalid file makes the set invalid

@@ -35,6 +35,7 @@ class PlanDraft:
         "env_added",
         "explaining",
         "explanation",
+        "labels",
         "policies",
         "policy",
         "problems",
@@ -50,10 +51,12 @@ class PlanDraft:
         policy: Policy,
         explain: bool,
         annotations: Mapping[str, Any] = _EMPTY,
+        labels: Mapping[str, Any] = _EMPTY,
     ) -> None:
         self.policies = policies
         # The pod's annotations as admitted (modes may set some of their own).
         self.annotations = annotations
+        self.labels = labels
         self.policy = policy
         self.spec = spec
         self.container = as_mapping(spec["containers"][index])

@@ -146,6 +146,21 @@ def set_annotations(draft: PlanDraft, wanted: Mapping[str, str]) -> None:
             draft.explanation.append(f"annotation: {key}={value}")
 
 
+def set_labels(draft: PlanDraft, wanted: Mapping[str, str]) -> None:
+    """Pod labels the scheme reads; a different value the pod holds is a problem."""
+    for key, value in wanted.items():
+        current = draft.labels.get(key)
+        if current is not None and current != value:
+            draft.problems.append(
+                f"label {key}={current} conflicts with {key}={value} that mode "
+                f"{draft.policy.mode.value} of policy {draft.policy.name!r} sets: remove it "
+                "from the pod."
+            )
+        draft.edits.set(("metadata", "labels", key), value)
+        if draft.explaining:
+            draft.explanation.append(f"label: {key}={value}")
+
+
 def add_resource_claims(draft: PlanDraft, claims: tuple[Mapping[str, Any], ...]) -> None:
     """Pod ``resourceClaims`` entries, and a ``resources.claims`` reference to each in the
     GPU container (a claim a container does not reference is not given to it)."""

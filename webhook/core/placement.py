@@ -52,10 +52,19 @@ class Placement:
     # The gpu-memory ask as read (MiB, not rounded), for modes that hand out memory units
     # themselves; None for a gpu-fraction ask.
     asked_memory_mib: float | None = None
+    # False where a memory ask's share of a GPU is unknown (a scheme counting memory itself,
+    # no gpuMemory declared): ``fraction`` is then 0 and means nothing.
+    share_known: bool = True
+    # Several GPUs each holding the share (gpu-fraction-num-devices), where a mode allows it.
+    devices: int = 1
+    # How a mode other than the NVIDIA device plugin's came to this share, for ``explain``.
+    note: str = ""
 
     @property
     def reason(self) -> str:
         """Why this placement, for ``gpushare explain`` (built on demand: not on the hot path)."""
+        if self.note:
+            return self.note
         slots, pool = self.slots, self.pool
         taken = (
             f"pool {pool.name!r} (1/{pool.replicas} of a GPU per slot) takes {slots} slot"

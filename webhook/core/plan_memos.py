@@ -18,9 +18,9 @@ from webhook.core.placement import Placement
 from webhook.core.policy.model import Policy
 from webhook.core.request import GpuRequest
 
-# id(policy), pool name, slots, fraction, node GPU memory, memory asked: everything a mode
-# or the framework knobs read.
-PlacementKey: TypeAlias = tuple[int, str, int, float, int | None, float | None]
+# id(policy), pool name, slots, fraction, node GPU memory, memory asked, devices: everything
+# a mode or the framework knobs read.
+PlacementKey: TypeAlias = tuple[int, str, int, float, int | None, float | None, int]
 
 
 def placement_key(policy: Policy, placement: Placement) -> PlacementKey:
@@ -31,6 +31,7 @@ def placement_key(policy: Policy, placement: Placement) -> PlacementKey:
         placement.fraction,
         placement.node_gpu_memory_mib,
         placement.asked_memory_mib,
+        placement.devices,
     )
 
 

@@ -37,13 +37,15 @@ from webhook.core.mode_edits import (
     require_gpu_memory,
     select_nodes,
     set_annotations,
+    set_labels,
     set_scheduler_name,
     share_host_ipc,
 )
-from webhook.core.modes import mode_changes, place_request, whole_gpu_resources
+from webhook.core.modes import ModeChanges, mode_changes, place_request, whole_gpu_changes
 from webhook.core.placement import Placement, format_fraction
 from webhook.core.plan_memos import placement_key
-from webhook.core.policy.model import Policy, PolicySet
+from webhook.core.policy.model import Mode, Policy, PolicySet
+from webhook.core.policy.schemes import KAI_SCHEDULER
 from webhook.core.policy.selection import select_policy
 from webhook.core.quantity import is_bare_number
 from webhook.core.request import GpuRequest, has_gpu_request, read_request
@@ -83,6 +85,11 @@ Decision = Untouched | Denied | Planned
 # The kubelet recreates a static pod's API copy from its file: admission cannot change it,
 # so neither webhook acts on one.
 MIRROR_POD = Untouched("mirror pods are managed by the kubelet and never mutated")
+# A pod a user sent to kai-scheduler is KAI's: it reads the same annotation words.
+LEFT_TO_KAI = Untouched(
+    f"the pod names schedulerName {KAI_SCHEDULER}, which reads {FRACTION_ANNOTATION} itself "
+    "(a policy of mode kai hands pods over on purpose)"
+)
 
 
 def plan_pod(
@@ -95,19 +102,23 @@ def plan_pod(
         return MIRROR_POD
     if not has_gpu_request(annotations):
         return Untouched("the pod has no gpu-fraction or gpu-memory annotation")
-    selection = select_policy(policies, namespace, as_mapping(metadata.get("labels")))
+    labels = as_mapping(metadata.get("labels"))
+    selection = select_policy(policies, namespace, labels)
     if selection.policy is None:
         return Untouched(selection.reason, (f"{FRACTION_ANNOTATION} ignored: {selection.reason}",))
     policy = selection.policy
+    spec = as_mapping(pod.get("spec"))
+    if spec.get("schedulerName") == KAI_SCHEDULER and policy.mode is not Mode.KAI:
+        # KAI-Scheduler reads the same annotations and shares the GPU itself.
+        return LEFT_TO_KAI
 
     request = read_request(annotations)
     if isinstance(request, list):
         return Denied(tuple(p.message for p in request), policy.name, UNPROCESSABLE)
-    spec = as_mapping(pod.get("spec"))
     index = _container_index(spec, request)
     if isinstance(index, str):
         return Denied((index,), policy.name, UNPROCESSABLE)
-    draft = PlanDraft(spec, index, policies, policy, explain, annotations)
+    draft = PlanDraft(spec, index, policies, policy, explain, annotations, labels)
     if explain:
         draft.explanation.append(f"policy: {selection.reason}")
         draft.explanation += [f"  not chosen: {line}" for line in selection.others]
@@ -178,22 +189,34 @@ def _whole_gpus(draft: PlanDraft, request: GpuRequest) -> dict[str, Any]:
             f"GPUs, but policy {policy.name!r} allows {limit}: ask for fewer, or for "
             "a share below 1."
         )
-    resources = whole_gpu_resources(policy, count)
+    changes = whole_gpu_changes(policy, count)
+    if isinstance(changes, str):
+        draft.problems.append(changes)
+        changes = ModeChanges()
+    resources = changes.resources
     set_container_resources(draft, resources)
-    if draft.explaining:
+    if draft.explaining and resources:
         asked = " + ".join(name for name, _ in resources)
         draft.explanation.append(f"request: {count} whole GPU(s) as {asked}")
     select_nodes(draft, whole.node_selector)
+    _pod_changes(draft, changes)
     record: dict[str, Any] = {
         "container": draft.container_name,
         "gpus": count,
         "mode": "whole-gpu",
         "policy": policy.name,
-        "resource": resources[0][0],
+        "resource": resources[0][0] if resources else None,
     }
-    if len(resources) > 1:
-        record["resources"] = dict(resources)
+    if resources and resources != ((resources[0][0], count),):
+        record["resources"] = dict(resources)  # several, or counted otherwise (vcuda cores)
     return record
+
+
+def _pod_changes(draft: PlanDraft, changes: ModeChanges) -> None:
+    """The pod-level part of a mode's changes: scheduler, labels, annotations."""
+    set_scheduler_name(draft, changes.scheduler_name)
+    set_labels(draft, changes.labels)
+    set_annotations(draft, changes.annotations)
 
 
 def _shared(draft: PlanDraft, placement: Placement) -> dict[str, Any]:
@@ -206,33 +229,41 @@ def _shared(draft: PlanDraft, placement: Placement) -> dict[str, Any]:
     set_container_resources(draft, changes.resources)
     if draft.explaining:
         draft.explanation += changes.explanation
-    image = str(draft.container.get("image", ""))
-    fixed = memos.framework_envs.get_or_compute(
-        (key, image), image_framework_env, policy, placement, image
-    )
-    frameworks = framework_env(policy, placement, draft.container, fixed)
-    draft.problems += frameworks.problems
-    draft.warnings += [*changes.warnings, *frameworks.warnings]
+    frameworks = None
+    if changes.frameworks:
+        image = str(draft.container.get("image", ""))
+        fixed = memos.framework_envs.get_or_compute(
+            (key, image), image_framework_env, policy, placement, image
+        )
+        frameworks = framework_env(policy, placement, draft.container, fixed)
+        draft.problems += frameworks.problems
+    draft.warnings += [*changes.warnings, *(frameworks.warnings if frameworks else ())]
     select_nodes(draft, changes.node_selector)
-    set_scheduler_name(draft, changes.scheduler_name)
-    set_annotations(draft, changes.annotations)
+    _pod_changes(draft, changes)
     if placement.node_gpu_memory_mib is not None:
         require_gpu_memory(draft, placement.node_gpu_memory_mib)
-    apply_env(draft, [*changes.env, *frameworks.env])
-    if draft.explaining:
-        explain_frameworks(draft, frameworks.notes)
-    size_inference_server(draft, placement)
+    apply_env(draft, [*changes.env, *(frameworks.env if frameworks else ())])
+    if frameworks is not None:
+        if draft.explaining:
+            explain_frameworks(draft, frameworks.notes)
+        size_inference_server(draft, placement)
     add_volumes(draft, changes)
     add_resource_claims(draft, changes.resource_claims)
     if changes.host_ipc:
-        share_host_ipc(draft)
+        if policy.mode is Mode.MPS_DAEMON:
+            share_host_ipc(draft)
+        else:
+            share_host_ipc(draft, f"mode {policy.mode.value} needs it")
     record: dict[str, Any] = {
         "container": draft.container_name,
-        "fraction": format_fraction(placement.fraction),
         "mode": policy.mode.value,
         "policy": policy.name,
         **changes.record,
     }
+    if placement.share_known:
+        record["fraction"] = format_fraction(placement.fraction)
+    elif placement.asked_memory_mib is not None:
+        record["memory"] = f"{format_fraction(placement.asked_memory_mib)}Mi"
     if placement.node_gpu_memory_mib is not None:
         record["nodeGpuMemory"] = f"{placement.node_gpu_memory_mib}Mi"
     return record

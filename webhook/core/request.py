@@ -16,6 +16,7 @@ from decimal import Decimal
 
 from webhook.constants import (
     CONTAINER_ANNOTATION,
+    DEVICES_ANNOTATION,
     FRACTION_ANNOTATION,
     MEMORY_ANNOTATION,
     REQUEST_ANNOTATIONS,
@@ -42,6 +43,8 @@ class GpuRequest:
     memory_text: str | None = None
     whole_gpus: int | None = None
     container_name: str | None = None
+    # gpu-fraction-num-devices: the share on each of this many GPUs.
+    devices: int = 1
 
     @property
     def is_whole(self) -> bool:
@@ -97,6 +100,7 @@ def read_request(annotations: Mapping[str, object]) -> GpuRequest | list[Request
         )
 
     container_name = _read_container_name(annotations, problems)
+    devices = _read_devices(annotations, whole is not None, problems)
     if problems:
         return problems
     return GpuRequest(
@@ -106,7 +110,44 @@ def read_request(annotations: Mapping[str, object]) -> GpuRequest | list[Request
         memory_text=memory_text,
         whole_gpus=whole,
         container_name=container_name,
+        devices=devices,
     )
+
+
+def _read_devices(
+    annotations: Mapping[str, object], whole: bool, problems: list[RequestProblem]
+) -> int:
+    """gpu-fraction-num-devices as KAI-Scheduler reads it: a whole number above 0, the share
+    on each of that many GPUs (``gpu_request_validator.go``: ParseUint, > 0)."""
+    raw = annotations.get(DEVICES_ANNOTATION)
+    if raw is None:
+        return 1
+    text = str(raw)
+    if len(text) > MAX_VALUE_LENGTH or not text.isascii() or not text.isdigit() or int(text) == 0:
+        problems.append(
+            RequestProblem(
+                f"{DEVICES_ANNOTATION} {shown(text)} is not a whole number above 0: write the "
+                'number of GPUs that each get the share, such as "2".'
+            )
+        )
+        return 1
+    count = int(text)
+    if count > MAX_WHOLE_GPUS:
+        problems.append(
+            RequestProblem(
+                f'{DEVICES_ANNOTATION} "{text}" asks for more GPUs than any node has: ask for '
+                f"at most {MAX_WHOLE_GPUS}."
+            )
+        )
+    elif whole and count > 1:
+        problems.append(
+            RequestProblem(
+                f'{DEVICES_ANNOTATION} "{text}" gives a share on several GPUs, but '
+                f"{FRACTION_ANNOTATION} asks for whole GPUs: remove {DEVICES_ANNOTATION} or "
+                "ask for a share below 1."
+            )
+        )
+    return count
 
 
 def _read_container_name(

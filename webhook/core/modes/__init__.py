@@ -3,6 +3,8 @@
 This is the package's face: the rest of the core imports only the names below.
 """
 
+from webhook.core.modes.aliyun_gpushare import AliyunGpushare
+from webhook.core.modes.aws_vgpu import AwsVirtualGpu
 from webhook.core.modes.base import (
     ContainerResource,
     EnvSetting,
@@ -11,8 +13,12 @@ from webhook.core.modes.base import (
     SharingMode,
 )
 from webhook.core.modes.dra import DraConsumableMemory
+from webhook.core.modes.hami import Hami
+from webhook.core.modes.kai import KaiHandOver
 from webhook.core.modes.mps import DevicePluginMps
 from webhook.core.modes.mps_daemon import GpushareMpsDaemon
+from webhook.core.modes.scheme_share import SchemeMode
+from webhook.core.modes.tencent_vcuda import TencentVcuda
 from webhook.core.modes.time_slicing import TimeSlicing
 from webhook.core.placement import Placement
 from webhook.core.policy.model import Mode, Policy
@@ -22,6 +28,11 @@ MODES: dict[Mode, SharingMode] = {
     Mode.TIME_SLICING: TimeSlicing(),
     Mode.MPS: DevicePluginMps(),
     Mode.MPS_DAEMON: GpushareMpsDaemon(),
+    Mode.AWS_VGPU: AwsVirtualGpu(),
+    Mode.TENCENT_VCUDA: TencentVcuda(),
+    Mode.ALIYUN_GPUSHARE: AliyunGpushare(),
+    Mode.HAMI: Hami(),
+    Mode.KAI: KaiHandOver(),
     Mode.DRA: DraConsumableMemory(),
 }
 
@@ -41,6 +52,15 @@ def whole_gpu_resources(policy: Policy, count: int) -> tuple[ContainerResource, 
     return MODES[policy.mode].whole_gpus(policy, count)
 
 
+def whole_gpu_changes(policy: Policy, count: int) -> ModeChanges | str:
+    """What ``count`` whole GPUs are under the policy's mode, or why it refuses them:
+    the other schemes may need more than resources (a scheduler, a label)."""
+    mode = MODES[policy.mode]
+    if isinstance(mode, SchemeMode):
+        return mode.whole_gpu_changes(policy, count)
+    return ModeChanges(resources=mode.whole_gpus(policy, count))
+
+
 def mode_profile(policy: Policy) -> ModeProfile:
     """What the policy's sharing mode isolates and needs on the nodes."""
     return MODES[policy.mode].profile(policy)
@@ -56,5 +76,6 @@ __all__ = [
     "mode_changes",
     "mode_profile",
     "place_request",
+    "whole_gpu_changes",
     "whole_gpu_resources",
 ]

@@ -24,7 +24,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from webhook.constants import GFD_REPLICAS_LABEL, GFD_STRATEGY_LABEL
+from webhook.constants import (
+    DEVICES_ANNOTATION,
+    FRACTION_ANNOTATION,
+    GFD_REPLICAS_LABEL,
+    GFD_STRATEGY_LABEL,
+)
 from webhook.core.placement import Placement, place
 from webhook.core.policy.model import Mode, Policy, frozen_map
 from webhook.core.request import GpuRequest
@@ -56,6 +61,8 @@ class ModeChanges:
     # Pod annotations the scheme reads (``tencent.com/vcuda-core-limit``); set, and checked
     # against a different value the pod already holds.
     annotations: Mapping[str, str] = field(default_factory=frozen_map)
+    # Pod labels (``kai.scheduler/queue``, ``hami.io/webhook: ignore``); checked the same way.
+    labels: Mapping[str, str] = field(default_factory=frozen_map)
     # The scheduler that must place the pod (``hami-scheduler``, ``kai-scheduler``).
     scheduler_name: str | None = None
     # Pod ``spec.resourceClaims`` entries; the GPU container gets ``resources.claims`` with
@@ -66,6 +73,10 @@ class ModeChanges:
     # Lines for ``gpushare explain``: how the mode's values came about.
     explanation: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    # Whether the framework and inference-server knobs get the share: not where the scheme
+    # shows the container a device of its limit's size (a fraction of it would be a fraction
+    # of the share), nor where the share of a GPU is unknown.
+    frameworks: bool = True
 
 
 @dataclass(frozen=True)
@@ -102,6 +113,8 @@ class DevicePluginSlots:
     one of its pools (``placement``); whole GPUs are the policy's ``wholeGpus`` resource."""
 
     def place(self, policy: Policy, request: GpuRequest) -> Placement | list[str]:
+        if request.devices > 1:
+            return [one_device_only(policy, request)]
         return place(policy, request)
 
     def whole_gpus(self, policy: Policy, count: int) -> tuple[ContainerResource, ...]:
@@ -120,6 +133,16 @@ class DevicePluginSlots:
                 "slots": placement.slots,
             }
         )
+
+
+def one_device_only(policy: Policy, request: GpuRequest) -> str:
+    """The refusal of gpu-fraction-num-devices above 1 by a mode that shares one GPU."""
+    count = request.devices
+    return (
+        f'{DEVICES_ANNOTATION} "{count}" asks for the share on {count} GPUs, but mode '
+        f"{policy.mode.value} of policy {policy.name!r} gives a share of one GPU: remove "
+        f'{DEVICES_ANNOTATION}, or ask for whole GPUs with {FRACTION_ANNOTATION}: "{count}".'
+    )
 
 
 def frozen_record(values: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -20,6 +20,7 @@ from webhook.core.memo import BoundedMemo
 
 if TYPE_CHECKING:
     from webhook.core.plan_memos import PlanMemos
+    from webhook.core.policy.schemes import SchemeSettings
     from webhook.core.policy.selection import Selection
 
 API_VERSION = f"{API_GROUP}/v1alpha1"
@@ -41,6 +42,12 @@ class Mode(StrEnum):
     TIME_SLICING = "time-slicing"
     MPS = "mps"
     MPS_DAEMON = "mps-daemon"
+    # Other device plugins' schemes (parameters in ``policy.schemes``, docs/schemes.md).
+    AWS_VGPU = "aws-vgpu"
+    TENCENT_VCUDA = "tencent-vcuda"
+    ALIYUN_GPUSHARE = "aliyun-gpushare"
+    HAMI = "hami"
+    KAI = "kai"
     DRA = "dra"
 
 
@@ -259,6 +266,8 @@ class Policy:
     mps_daemon: MpsDaemonSettings = field(default_factory=MpsDaemonSettings)
     dra: DraSettings = field(default_factory=DraSettings)
     inject: Injections = field(default_factory=Injections)
+    # The other schemes' sections (``policy.schemes``); None for the NVIDIA plugin's modes.
+    schemes: SchemeSettings | None = None
     direct_requests: DirectRequests = DirectRequests.DENY
     # A digest of the spec this policy was built from, recorded in each pod it mutates, so
     # a replica still serving another version can tell version skew from tampering.

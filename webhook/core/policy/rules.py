@@ -23,6 +23,7 @@ from webhook.core.framework_images import (
 )
 from webhook.core.policy.build import memory_mib
 from webhook.core.policy.model import NVIDIA_DRA_DRIVER, Allocation, DraSharing, Mode, Policy
+from webhook.core.policy.schemes import scheme_findings
 from webhook.core.quantity import is_bare_number
 
 
@@ -252,6 +253,11 @@ def _dra_mode_rules(policy: Policy, spec: _Spec) -> list[Finding]:
     return findings
 
 
+def _scheme_rules(policy: Policy, spec: _Spec) -> list[Finding]:
+    """The other device plugins' schemes: their sections only with their modes, no pools."""
+    return [Finding(message, at) for message, at in scheme_findings(policy.mode, spec)]
+
+
 RULES: tuple[Callable[[Policy, _Spec], list[Finding]], ...] = (
     _gpu_memory_is_a_size,
     _pools_follow_the_pool_rules,
@@ -263,6 +269,7 @@ RULES: tuple[Callable[[Policy, _Spec], list[Finding]], ...] = (
     _matches_some_namespace,
     _pytorch_images_can_take_the_fraction,
     _dra_mode_rules,
+    _scheme_rules,
 )
 
 

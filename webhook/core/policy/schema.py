@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.core.policy.model import API_VERSION, POLICY_KIND, SETTINGS_KIND
+from webhook.core.policy.schemes import SCHEME_SCHEMA
 
 _NAME = {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "maxLength": 63}
 _LABEL_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
@@ -140,7 +141,7 @@ _POLICY_SPEC = _object(
                 "podLabels": {**_LABEL_MAP, "description": "Labels the pod must carry."},
             }
         ),
-        "mode": {"enum": ["time-slicing", "mps", "mps-daemon", "dra"]},
+        "mode": {"enum": ["time-slicing", "mps", "mps-daemon", "dra", *_SCHEME_MODES]},
         "resourceName": _RESOURCE_NAME,
         "allocation": {"enum": ["replica-class", "count"]},
         "fraction": _object(
@@ -210,6 +211,7 @@ _POLICY_SPEC = _object(
             }
         ),
         "dra": _DRA,
+        **SCHEME_SCHEMA,
         "inject": _object(
             {
                 "env": {
