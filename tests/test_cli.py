@@ -48,6 +48,7 @@ def test_the_tree_holds_every_command() -> None:
             for name in (
                 "mutate", "explain", "policy", "policy check", "policy schema", "serve",
                 "certs", "webhook-config", "mps-daemon", "device-plugin-config",
+                "dra-templates",
             )
         ),
     }  # fmt: skip
@@ -87,7 +88,7 @@ def test_policies_flag_reads_the_same_default_everywhere_but_the_node_daemon() -
     helps = {prog: action.help for prog, option, action in options() if option == "--policies"}
     assert set(helps) == {
         "gpushare mutate", "gpushare explain", "gpushare serve", "gpushare webhook-config",
-        "gpushare mps-daemon", "gpushare device-plugin-config",
+        "gpushare mps-daemon", "gpushare device-plugin-config", "gpushare dra-templates",
     }  # fmt: skip
     for prog, text in helps.items():
         if prog != "gpushare mps-daemon":  # a DaemonSet passes it (env GPUSHARE_POLICIES)
@@ -172,6 +173,7 @@ def command_lines(policies: Path, pod: Path, tmp_path: Path) -> dict[str, list[s
         ],
         "device-plugin-config": ["device-plugin-config", "--policies", p],
         "mps-daemon": ["mps-daemon", "--policies", p, "--node-name", "n"],
+        "dra-templates": ["dra-templates", "--policies", p, "-n", "team-a"],
     }
 
 
@@ -179,7 +181,7 @@ def command_lines(policies: Path, pod: Path, tmp_path: Path) -> dict[str, list[s
     "command",
     [
         "policy check", "mutate", "explain", "serve", "webhook-config", "device-plugin-config",
-        "mps-daemon",
+        "mps-daemon", "dra-templates",
     ],
 )  # fmt: skip
 def test_invalid_policies_exit_2_in_every_command(

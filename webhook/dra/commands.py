@@ -51,15 +51,15 @@ def add_dra_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         metavar="PATH",
         type=Path,
         default=None,
-        help="policy file or directory (default: as gpushare serve)",
+        help="policy file or directory (default: $GPUSHARE_POLICIES, ./policies, "
+        "the checkout's policies/, /etc/gpushare/policies)",
     )
     parser.add_argument(
         "-n",
         "--namespace",
-        action="append",
-        default=[],
-        metavar="NS",
-        help="a namespace to make templates for; repeat for more (required without --apply)",
+        metavar="NS[,NS...]",
+        help="the namespaces to make templates for, comma-separated (required without "
+        "--apply; with it, default: every namespace)",
     )
     parser.add_argument(
         "--apply",
@@ -89,23 +89,26 @@ def add_dra_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
 
 
 def run_dra_templates(args: argparse.Namespace) -> int:
+    namespaces = [n for n in (args.namespace or "").split(",") if n]
     if args.watch and not args.apply:
         args.parser.error("--watch needs --apply")
-    if not args.apply and not args.namespace:
+    if args.watch and namespaces:
+        args.parser.error("--watch keeps every namespace; leave out --namespace")
+    if not args.apply and not namespaces:
         args.parser.error("name the namespaces with --namespace NS, or use --apply")
     if args.resync <= 0:
         args.parser.error(f"--resync {args.resync:g}: give a positive number of seconds")
     path = args.policies or default_policies_path()
     if not args.apply:
-        _print_templates(load_policies(path), args.namespace)
+        _print_templates(load_policies(path), namespaces)
         return EXIT_OK
     reconciler = TemplateReconciler(TemplateApi(_api_client(args.kubeconfig)), namespace_templates)
     if args.watch:
         return _watch(reconciler, path, args.resync)
     policies = load_policies(path)
     result = PassResult()
-    if args.namespace:
-        for namespace in args.namespace:
+    if namespaces:
+        for namespace in namespaces:
             result.add(reconciler.reconcile_namespace(policies, namespace))
     else:
         result = reconciler.reconcile_all(policies)[1]
