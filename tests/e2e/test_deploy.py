@@ -89,7 +89,8 @@ def test_cert_manager_webhooks_are_the_generator_output_with_ca_injection(
     tmp_path: Path,
 ) -> None:
     """deploy/overlays/cert-manager/webhooks.yaml = `gpushare webhook-config --service
-    gpushare --namespace gpushare-system --ca <any>`, minus caBundle, plus the annotation."""
+    gpushare --namespace gpushare-system --ca <any> --policies deploy/base/policies`, minus
+    caBundle, plus the annotation on the webhook configurations."""
     gpushare(
         "certs", "--service", "gpushare", "--namespace", SYSTEM_NAMESPACE, "--out", str(tmp_path)
     )
@@ -102,13 +103,16 @@ def test_cert_manager_webhooks_are_the_generator_output_with_ca_injection(
             SYSTEM_NAMESPACE,
             "--ca",
             str(tmp_path / "ca.crt"),
+            "--policies",
+            str(DEPLOY / "base/policies"),
         ).stdout
     )
     for doc in generated:
-        doc["metadata"].setdefault("annotations", {})[CA_INJECTION] = (
-            f"{SYSTEM_NAMESPACE}/gpushare-serving"
-        )
-        for webhook in doc["webhooks"]:
+        if doc["kind"].endswith("WebhookConfiguration"):
+            doc["metadata"].setdefault("annotations", {})[CA_INJECTION] = (
+                f"{SYSTEM_NAMESPACE}/gpushare-serving"
+            )
+        for webhook in doc.get("webhooks", ()):
             assert webhook["clientConfig"].pop("caBundle")
 
     committed = documents((DEPLOY / "overlays/cert-manager/webhooks.yaml").read_text())
@@ -178,6 +182,8 @@ def gpushare_certs_overlay(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "gpushare",
         "--namespace",
         SYSTEM_NAMESPACE,
+        "--policies",
+        str(root / "base/policies"),
     )
     (overlay / "webhooks.yaml").write_text(config.stdout)
     return overlay
@@ -204,6 +210,8 @@ def test_gpushare_certs_overlay_is_applied_server_side(
         "networkpolicy.networking.k8s.io/gpushare-default-deny",
         "networkpolicy.networking.k8s.io/gpushare-webhook-from-apiserver",
         "mutatingwebhookconfiguration.admissionregistration.k8s.io/gpushare",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/gpushare",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/gpushare",
         "validatingwebhookconfiguration.admissionregistration.k8s.io/gpushare",
     ]
     lines = applied.stdout.splitlines()
@@ -297,9 +305,19 @@ def test_stored_service_secret_policies_and_webhooks_fit_together(
                 "port": 443,
             }, name
             assert webhook["matchConditions"], name
-        pods = webhooks.get("mutate.gpushare.io") or webhooks["validate.gpushare.io"]
-        assert pods["failurePolicy"] == "Fail"
-    assert set(webhooks) >= {"validate.gpushare.io", "workloads.gpushare.io"}
+        if "mutate.gpushare.io" in webhooks:
+            assert webhooks["mutate.gpushare.io"]["failurePolicy"] == "Fail"
+    # The pods' checks after mutation are the safety-net policy's (no CA, no call); the
+    # validating configuration holds the workload-template webhooks.
+    assert set(webhooks) == {
+        "workloads.gpushare.io",
+        "cronjobs.gpushare.io",
+        "podtemplates.gpushare.io",
+    }
+    policy = as_json(api, admission.read_validating_admission_policy("gpushare"))
+    binding = as_json(api, admission.read_validating_admission_policy_binding("gpushare"))
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert binding["spec"] == {"policyName": "gpushare", "validationActions": ["Deny"]}
 
 
 def test_the_url_and_service_configurations_differ_only_in_where_they_call(
@@ -310,9 +328,23 @@ def test_the_url_and_service_configurations_differ_only_in_where_they_call(
     policies exclude as well): they prove the same filters, failure policy and reinvocation
     policy a cluster gets."""
     deployed = documents((gpushare_certs_overlay / "webhooks.yaml").read_text())
-    local = webhook_configuration(gpushare_certs_overlay / "ca.crt", "https://127.0.0.1:8443")
+    local = webhook_configuration(
+        gpushare_certs_overlay / "ca.crt",
+        "https://127.0.0.1:8443",
+        "--policies",
+        str(gpushare_certs_overlay.parent.parent / "base/policies"),
+    )
     where = ("clientConfig", "namespaceSelector")
     for service_doc, url_doc in zip(deployed, local, strict=True):
+        if "webhooks" not in service_doc:  # the safety-net policy and binding: no call
+            if service_doc["kind"] == "ValidatingAdmissionPolicy":
+                service_selector = service_doc["spec"]["matchConstraints"].pop("namespaceSelector")
+                url_selector = url_doc["spec"]["matchConstraints"].pop("namespaceSelector")
+                assert (
+                    service_selector["matchExpressions"][1:] == url_selector["matchExpressions"][1:]
+                )
+            assert service_doc == url_doc
+            continue
         hooks = zip(service_doc["webhooks"], url_doc["webhooks"], strict=True)
         for service_hook, url_hook in hooks:
             assert "service" in service_hook["clientConfig"]

@@ -54,6 +54,7 @@ from webhook.constants import (
 from webhook.core.modes import mode_changes
 from webhook.core.placement import Placement
 from webhook.core.policy.model import DirectRequests, Mode, Policy, PolicySet
+from webhook.core.policy.schemes import KAI_SCHEDULER
 from webhook.errors import GpushareError
 
 API_VERSION = "admissionregistration.k8s.io/v1"
@@ -427,8 +428,11 @@ def _validations() -> list[dict[str, str]]:
     container = "='/spec/containers/' + string(variables.gpuIndex)"
     return [
         {
+            # A pod sent to kai-scheduler is KAI's: gpushare leaves it alone (it reads the
+            # same annotations), so it is never mutated on purpose.
             "expression": "!variables.annotated || variables.policy == '' || "
-            "variables.applied != ''",
+            "variables.applied != '' || "
+            f"object.spec.?schedulerName.orValue('') == {cel_string(KAI_SCHEDULER)}",
             "message": NEVER_MUTATED_MESSAGE,
             "reason": "Forbidden",
         },
@@ -531,6 +535,10 @@ def validating_policy(settings: SafetyNetSettings, facts: PolicyFacts) -> dict[s
             "matchConstraints": {
                 "matchPolicy": "Equivalent",
                 "namespaceSelector": dict(settings.namespace_selector),
+                # Written out although it is the default: matchConstraints is an atomic
+                # struct, so a second field manager applying it without the defaulted
+                # selector would conflict with the stored one (server-side apply).
+                "objectSelector": {},
                 "resourceRules": [
                     {
                         "apiGroups": [""],
