@@ -146,6 +146,9 @@ def dangerous(own_namespace: str) -> list[Access]:
         Access("impersonate", "serviceaccounts"),
         Access("patch", "mutatingwebhookconfigurations", group=ADMISSION_GROUP),
         Access("delete", "validatingwebhookconfigurations", group=ADMISSION_GROUP),
+        # The pods' safety net: deleting the policy, or binding it to Warn, disarms it.
+        Access("delete", "validatingadmissionpolicies", group=ADMISSION_GROUP),
+        Access("patch", "validatingadmissionpolicybindings", group=ADMISSION_GROUP),
         Access("update", "certificatesigningrequests", "certificates.k8s.io", "approval"),
     ]
 

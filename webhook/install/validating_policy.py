@@ -51,7 +51,7 @@ from webhook.constants import (
     FRACTION_ANNOTATION,
     REQUEST_ANNOTATIONS,
 )
-from webhook.core.modes import mode_changes
+from webhook.core.modes import mode_changes, whole_gpu_changes
 from webhook.core.placement import Placement
 from webhook.core.policy.model import DirectRequests, Mode, Policy, PolicySet
 from webhook.core.policy.schemes import KAI_SCHEDULER
@@ -106,6 +106,9 @@ class PolicyFacts:
     node_selectors: Mapping[str, Mapping[str, str]]
     # "policy@version/pool/slots" -> env name -> its limit.
     env_limits: Mapping[str, Mapping[str, EnvLimit]]
+    # "policy@version" of the policies whose whole GPUs are the record's count of its
+    # resource (not so where a scheme counts in other units: 100 vcuda cores per GPU).
+    whole_counted: tuple[str, ...] = ()
     versions: tuple[str, ...] = ()
 
 
@@ -260,7 +263,12 @@ def policy_facts(policies: PolicySet) -> PolicyFacts:
     """The facts the CEL needs, from the policies the webhook serves."""
     selectors: dict[str, Mapping[str, str]] = {}
     limits: dict[str, Mapping[str, EnvLimit]] = {}
+    whole_counted: list[str] = []
     for policy in policies.policies:
+        # Two GPUs: a count that tells "the GPU count" from a fixed number of units.
+        whole = whole_gpu_changes(policy, 2)
+        if not isinstance(whole, str) and whole.resources[:1] == ((whole.resources[0][0], 2),):
+            whole_counted.append(f"{policy.name}@{policy.version}")
         if policy.whole_gpus.node_selector:
             selectors[_record_key(policy, WHOLE_GPU_KEY)] = dict(policy.whole_gpus.node_selector)
         if policy.mode not in POOL_MODES:
@@ -285,6 +293,7 @@ def policy_facts(policies: PolicySet) -> PolicyFacts:
         node_selectors=selectors,
         env_limits=limits,
         versions=tuple(sorted(f"{p.name}@{p.version}" for p in policies.policies)),
+        whole_counted=tuple(whole_counted),
     )
 
 
@@ -370,11 +379,20 @@ def _variables(facts: PolicyFacts) -> list[dict[str, str]]:
             f"{_record_field('slots', number=True)} != '' ? {_record_field('slots', number=True)}"
             f" : {_record_field('gpus', number=True)}",
         ),
+        ("recordMode", _record_field("mode")),
+        ("recordVersion", f"{_record_field('policy')} + '@' + {_record_field('policyVersion')}"),
         (
             "recordKey",
-            f"{_record_field('policy')} + '@' + {_record_field('policyVersion')} + '/' + "
-            f"({_record_field('mode')} == {cel_string(WHOLE_GPU_KEY)} ? "
-            f"{cel_string(WHOLE_GPU_KEY)} : {_record_field('pool')})",
+            f"variables.recordVersion + '/' + (variables.recordMode == {cel_string(WHOLE_GPU_KEY)}"
+            f" ? {cel_string(WHOLE_GPU_KEY)} : {_record_field('pool')})",
+        ),
+        (
+            # The record's count is the container's count of its resource: slots for the
+            # device plugin's modes, GPUs where the policy's whole GPUs are counted so.
+            "countsResource",
+            f"variables.recordMode in {_cel_list(sorted(m.value for m in POOL_MODES))} || "
+            f"(variables.recordMode == {cel_string(WHOLE_GPU_KEY)} && "
+            f"variables.recordVersion in {_cel_list(facts.whole_counted)})",
         ),
         (
             "gpuIndex",
@@ -470,8 +488,8 @@ def _validations() -> list[dict[str, str]]:
         },
         {
             "expression": "!variables.checksRecord || variables.gpuIndex < 0 || "
-            "variables.recordResource == '' || variables.recordCount == '' || "
-            "variables.gpuLimit == variables.recordCount",
+            "!variables.countsResource || variables.recordResource == '' || "
+            "variables.recordCount == '' || variables.gpuLimit == variables.recordCount",
             "messageExpression": _changed(
                 [
                     "at ",
