@@ -21,25 +21,32 @@
 
 ARG BASE=python:3.11-slim-bookworm
 
-FROM ${BASE} AS builder
+# The dependencies: a virtual environment in a stage of its own, so a source change
+# rebuilds in seconds (buildah bud --layers, docker build) instead of downloading them again
+# and copying them into the image anew. Every one ships binary wheels for linux
+# amd64/arm64: no compiler in any stage, and pip fails loudly if that ever changes.
+FROM ${BASE} AS dependencies
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 RUN python3 -m venv /opt/gpushare
 WORKDIR /src
-# The dependencies first, in a layer of their own, so a source change rebuilds in seconds
-# (buildah bud --layers, docker build) instead of downloading them again. Every one ships
-# binary wheels for linux amd64/arm64: no compiler in either stage, and pip fails loudly if
-# that ever changes.
 COPY pyproject.toml ./
 RUN python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' > /tmp/requirements.txt \
     && /opt/gpushare/bin/pip install --only-binary=:all: --requirement /tmp/requirements.txt
+
+# The project, installed under its own prefix (bin/, lib/pythonX.Y/site-packages/) so the
+# image takes just its files; scripts point at /opt/gpushare/bin/python.
+FROM dependencies AS project
 COPY README.md ./
 COPY webhook ./webhook
-# Then the project itself; the installers go, so the image cannot install anything.
-RUN /opt/gpushare/bin/pip install --no-deps . \
-    && /opt/gpushare/bin/python -m pip uninstall --yes --quiet pip setuptools
+RUN /opt/gpushare/bin/pip install --no-deps --prefix /opt/project .
+
+# What the image runs: the dependencies without the installers.
+FROM dependencies AS runtime
+RUN /opt/gpushare/bin/python -m pip uninstall --yes --quiet pip setuptools
 
 FROM ${BASE}
-COPY --from=builder /opt/gpushare /opt/gpushare
+COPY --from=runtime /opt/gpushare /opt/gpushare
+COPY --from=project /opt/project/ /opt/gpushare/
 COPY policies/ /etc/gpushare/policies/
 
 # MALLOC_ARENA_MAX: glibc's per-thread heaps would keep a large request's memory spread

@@ -41,6 +41,8 @@ RUNTIME_UID = 65532
 BUILD_TIMEOUT_S = 1800  # a cold machine: mmdebstrap plus every wheel from PyPI
 
 pytestmark = [
+    # The first test builds the image: minutes on a cold machine (pytest's default is 300 s).
+    pytest.mark.timeout(BUILD_TIMEOUT_S + 300),
     pytest.mark.skipif(
         shutil.which("buildah") is None,
         reason="buildah is not installed (as root: apt-get install -y buildah podman mmdebstrap)",
@@ -171,11 +173,13 @@ def descendants(pid: int) -> list[int]:
     found, queue = [], [pid]
     while queue:
         parent = queue.pop(0)
-        children = Path(f"/proc/{parent}/task/{parent}/children")
-        try:
-            kids = [int(child) for child in children.read_text().split()]
-        except OSError:
-            kids = []
+        kids = []
+        # Every thread's children: buildah is a Go program, which forks from any thread.
+        for children in Path(f"/proc/{parent}/task").glob("*/children"):
+            try:
+                kids.extend(int(child) for child in children.read_text().split())
+            except OSError:
+                continue
         found.extend(kids)
         queue.extend(kids)
     return found
