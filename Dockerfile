@@ -19,7 +19,9 @@
 # With readOnlyRootFilesystem, mount an emptyDir at /tmp (Prometheus multiprocess files and
 # the workers' shared last-good policies).
 
-ARG BASE=python:3.11-slim-bookworm
+# Fully qualified: buildah and podman refuse or ask about short names, depending on their
+# registries.conf.
+ARG BASE=docker.io/library/python:3.11-slim-bookworm
 
 # The dependencies: a virtual environment in a stage of its own, so a source change
 # rebuilds in seconds (buildah bud --layers, docker build) instead of downloading them again
