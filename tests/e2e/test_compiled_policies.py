@@ -13,7 +13,8 @@ hypothesis-generated policy sets and pods (tests/oracle/strategies), a few by de
 with GPUSHARE_LONG_TESTS=1.
 
 Normalised before comparing, and only this:
-- metadata.uid and metadata.creationTimestamp: every create gets its own;
+- metadata.uid, metadata.creationTimestamp and the time of each metadata.managedFields
+  entry: every create gets its own;
 - a denial's prefix: the apiserver says `admission webhook "mutate.gpushare.io" denied the
   request: ` for the webhook and `ValidatingAdmissionPolicy 'gpushare-x' with binding
   'gpushare-x' denied request: ` for a policy; the reasons after it and the HTTP status must
@@ -26,9 +27,9 @@ Normalised before comparing, and only this:
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import shutil
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,13 +44,21 @@ from kubernetes.client.exceptions import ApiException
 
 from harness.api import create_pod, ensure_namespace, status_message
 from harness.controlplane import ControlPlane
-from harness.registration import GpushareWebhook, unregistered
+from harness.processes import wait_for
+from harness.registration import GpushareWebhook, probe_pod, unregistered
 from harness.webhookserver import WebhookServer
 from tests.long_runs import scaled
 from tests.oracle.oracle import read_policies
 from tests.oracle.strategies import pods, policy_texts
 from webhook.compile import CompileRefusedError, compile_policies
-from webhook.core import load_policies, load_policy_texts, pod_template, workload_kind
+from webhook.constants import APPLIED_ANNOTATION
+from webhook.core import (
+    api_group,
+    load_policies,
+    load_policy_texts,
+    pod_template,
+    workload_kind,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "tests/corpus"
@@ -100,13 +109,12 @@ def _corpus_cases() -> list[Case]:
     for folder in sorted(p for p in WORKLOAD_CORPUS.iterdir() if p.is_dir()):
         text = (folder / "manifest.yaml").read_text(encoding="utf-8")
         for index, document in enumerate(d for d in yaml.safe_load_all(text) if d):
+            kind = workload_kind(api_group(document.get("apiVersion")), document.get("kind"))
             if document.get("kind") == "Pod":
                 pod = document
-            elif workload_kind(document) is not None:
-                template = pod_template(document)
-                if template is None:
-                    continue
-                pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(dict(template))}
+            elif kind is not None and isinstance(pod_template(document, kind), dict):
+                template = pod_template(document, kind)
+                pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(template)}
             else:
                 continue
             namespace = document.get("metadata", {}).get("namespace") or "default"
@@ -127,6 +135,8 @@ def _normalised(pod: dict[str, Any]) -> dict[str, Any]:
     pod = copy.deepcopy(pod)
     for key in ("uid", "creationTimestamp"):
         pod["metadata"].pop(key, None)
+    for entry in pod["metadata"].get("managedFields", []):
+        entry.pop("time", None)
     return pod
 
 
@@ -151,28 +161,53 @@ def compiled_documents(policies: Path) -> list[dict[str, Any]]:
     return compile_policies(load_policies(policies))
 
 
+def _acted(api: k8s.ApiClient, namespace: str) -> bool:
+    """gpushare (webhook or compiled) acts on an annotated pod in ``namespace`` now."""
+    pod = probe_pod(f"probe-{uuid.uuid4().hex[:8]}", annotated=True)
+    try:
+        stored = create_pod(api, namespace, pod, dry_run=True).pod
+    except ApiException as exc:
+        return "gpushare" in status_message(exc)
+    return APPLIED_ANNOTATION in (stored["metadata"].get("annotations") or {})
+
+
+def wait_in_force(api: k8s.ApiClient, namespaces: set[str], what: str) -> None:
+    """Until gpushare acts in every namespace of ``namespaces``: the apiserver compiles new
+    admission policies about once a second, each in its own time."""
+    for namespace in sorted(namespaces):
+        wait_for(
+            f"{what} in namespace {namespace}",
+            lambda namespace=namespace: _acted(api, namespace) or None,
+            timeout=60,
+            interval=0.2,
+        )
+
+
 def under_compiled(
     plane: ControlPlane,
     webhook: GpushareWebhook,
     documents: list[dict[str, Any]],
     cases: list[Case],
+    governed: set[str],
 ) -> list[Outcome]:
+    """The outcomes with the compiled policies in force in every ``governed`` namespace."""
     text = yaml.safe_dump_all(documents)
     plane.kubectl("apply", "-f", "-", input=text)
     try:
-        webhook.wait(lambda p: p.annotated == "mutated", "the compiled policies to be in force")
-        # Every policy of the set is recompiled in the same pass (about once a second).
-        time.sleep(1.5)
+        wait_in_force(plane.api, governed, "the compiled policies")
         return outcomes(plane.api, cases)
     finally:
         plane.kubectl("delete", "--ignore-not-found", "-f", "-", input=text)
         webhook.wait(unregistered, "the compiled policies to be gone")
 
 
-def under_webhook(webhook: GpushareWebhook, cases: list[Case]) -> list[Outcome]:
+def under_webhook(webhook: GpushareWebhook, cases: list[Case]) -> tuple[list[Outcome], set[str]]:
+    """The outcomes, and the namespaces where the webhook acted on an annotated probe."""
     webhook.register()
     try:
-        return outcomes(webhook.api, cases)
+        found = outcomes(webhook.api, cases)
+        governed = {c.namespace for c in cases if _acted(webhook.api, c.namespace)}
+        return found, governed
     finally:
         webhook.unregister()
 
@@ -187,10 +222,14 @@ def assert_same(
                 differences.append(f"{case.name}: an invalid pod was admitted")
             continue
         if by_webhook != by_policies:
-            differences.append(
-                f"{case.name}:\n  webhook:  {json.dumps(by_webhook._asdict(), sort_keys=True)}"
-                f"\n  compiled: {json.dumps(by_policies._asdict(), sort_keys=True)}"
+            diff = difflib.unified_diff(
+                json.dumps(by_webhook._asdict(), indent=1, sort_keys=True).splitlines(),
+                json.dumps(by_policies._asdict(), indent=1, sort_keys=True).splitlines(),
+                "webhook",
+                "compiled",
+                lineterm="",
             )
+            differences.append(f"{case.name}:\n" + "\n".join(diff))
     assert not differences, "\n".join(differences)
 
 
@@ -246,8 +285,8 @@ def test_every_corpus_pod_is_admitted_or_denied_alike(
     assert len(cases) > 40, "the corpora went missing"
     documents = compiled_documents(compilable_policies)
     bare = outcomes(control_plane.api, cases)
-    by_webhook = under_webhook(served, cases)
-    by_policies = under_compiled(control_plane, served, documents, cases)
+    by_webhook, governed = under_webhook(served, cases)
+    by_policies = under_compiled(control_plane, served, documents, cases, governed)
     assert_same(cases, bare, by_webhook, by_policies)
     # The comparison means something: most pods were mutated, some denied.
     assert (
@@ -295,8 +334,8 @@ def test_generated_policies_and_pods_are_admitted_or_denied_alike(
     try:
         webhook = GpushareWebhook(server, control_plane.api, probe_namespace)
         bare = outcomes(control_plane.api, cases)
-        by_webhook = under_webhook(webhook, cases)
-        by_policies = under_compiled(control_plane, webhook, documents, cases)
+        by_webhook, governed = under_webhook(webhook, cases)
+        by_policies = under_compiled(control_plane, webhook, documents, cases, governed)
     finally:
         server.stop()
         shutil.rmtree(directory, ignore_errors=True)
