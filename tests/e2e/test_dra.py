@@ -1,5 +1,12 @@
 """Dynamic Resource Allocation with consumable GPU memory, on the real control plane.
 
+Three steps, each on the one before: the scheduler packs memory claims onto fake GPUs
+(the harness proof); gpushare's template reconciler keeps ResourceClaimTemplates in the
+namespaces a dra policy governs (server-side apply, prune, namespace watch); and annotated
+pods, mutated by the real gpushare webhook serving policies/examples/dra.yaml, get claims
+from those templates that the scheduler allocates until the Hopper GPUs are full, never on
+the Ampere GPU the policy's selectors leave out.
+
 The cluster is the harness's etcd + kube-apiserver + kube-scheduler (v1.37.2) plus an
 upstream kube-controller-manager running only the resourceclaim controller, which makes
 each pod's ResourceClaim from its ResourceClaimTemplate (pkg/controller/resourceclaim).
@@ -16,7 +23,10 @@ the memory is spent, and the next pod stays Pending as unschedulable.
 from __future__ import annotations
 
 import json
+import shutil
+import threading
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,7 +37,13 @@ from kubernetes.client.exceptions import ApiException
 
 from harness.controlplane import ControlPlane
 from harness.processes import wait_for
-from harness.registration import PAUSE_IMAGE
+from harness.registration import PAUSE_IMAGE, GpushareWebhook
+from harness.webhookserver import WebhookServer
+from webhook.constants import APPLIED_ANNOTATION, FRACTION_ANNOTATION
+from webhook.core import PolicySet, load_policies
+from webhook.core.modes.dra import CLAIM_NAME, namespace_templates
+from webhook.core.policy.loader import load_policy_texts
+from webhook.dra.reconciler import TemplateApi, TemplateReconciler, run
 
 DRIVER = "gpu.nvidia.com"
 DEVICE_CLASS = "gpu.nvidia.com"
@@ -36,6 +52,8 @@ RESOURCE_API = "/apis/resource.k8s.io/v1"
 # step as the driver does: four 20Gi shares do not fit, three do.
 H100_MEMORY = "81559Mi"
 H100_PRODUCT = "NVIDIA H100 80GB HBM3"
+REPO = Path(__file__).resolve().parents[2]
+DRA_EXAMPLE = REPO / "policies/examples/dra.yaml"
 SCHEDULE_TIMEOUT_S = 60.0
 
 NodeFactory = Callable[[FakeGpuNode], k8s.V1Node]
@@ -94,7 +112,13 @@ def device_class() -> dict[str, Any]:
     }
 
 
-def gpu_slice(node: str, gpus: int, memory: str = H100_MEMORY) -> dict[str, Any]:
+def gpu_slice(
+    node: str,
+    gpus: int,
+    memory: str = H100_MEMORY,
+    product: str = H100_PRODUCT,
+    architecture: str = "Hopper",
+) -> dict[str, Any]:
     """The ResourceSlice NVIDIA's kubelet plugin would publish for `node`'s GPUs with
     `--consumable-shares=memory`: each GPU allows several allocations and gives out its
     `memory` capacity in 1Mi steps (a claim asking none takes all of it)."""
@@ -107,9 +131,9 @@ def gpu_slice(node: str, gpus: int, memory: str = H100_MEMORY) -> dict[str, Any]
                 "attributes": {
                     "type": {"string": "gpu"},
                     "uuid": {"string": f"GPU-{node}-{index}"},
-                    "productName": {"string": H100_PRODUCT},
+                    "productName": {"string": product},
                     "brand": {"string": "Nvidia"},
-                    "architecture": {"string": "Hopper"},
+                    "architecture": {"string": architecture},
                     "cudaComputeCapability": {"version": "9.0.0"},
                     "driverVersion": {"version": "580.95.5"},
                     "cudaDriverVersion": {"version": "13.0.0"},
@@ -276,3 +300,177 @@ def test_scheduler_packs_memory_shares_until_the_gpus_are_full(
         # Each allocation of a multi-allocatable device gets a share ID of its own.
         assert result.get("shareID")
     assert len({(r["pool"], r["device"], r["shareID"]) for r in results}) == 6
+
+
+# -- the templates: gpushare dra-templates' reconciler against the real apiserver ---------
+
+
+def template_names(api: k8s.ApiClient, namespace: str) -> set[str]:
+    answer = api_request(
+        api, "GET", f"{RESOURCE_API}/namespaces/{namespace}/resourceclaimtemplates"
+    )
+    return {t["metadata"]["name"] for t in answer["items"]}
+
+
+def small_dra_policies(granularity: str) -> PolicySet:
+    """A dra policy for the dra-rec-* namespaces with few share sizes (16Gi steps)."""
+    text = f"""
+apiVersion: gpushare.io/v1alpha1
+kind: GpuSharingPolicy
+metadata: {{name: rec}}
+spec:
+  match: {{namespaces: ["dra-rec-*"]}}
+  mode: dra
+  gpuMemory: 80Gi
+  fraction: {{min: 0.2, max: 1}}
+  dra: {{granularity: {granularity}}}
+"""
+    return load_policy_texts([("rec.yaml", text)])
+
+
+def test_reconciler_keeps_the_templates_where_dra_policies_govern(
+    api_client: k8s.ApiClient, core_v1: k8s.CoreV1Api
+) -> None:
+    governed, other = unique_name("dra-rec"), unique_name("web")
+    for name in (governed, other):
+        core_v1.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
+    reconciler = TemplateReconciler(TemplateApi(api_client), namespace_templates)
+    policies = small_dra_policies("16Gi")
+    sixteens = {f"gpushare-rec-{n}gi" for n in (16, 32, 48, 64, 80)}
+
+    first = reconciler.reconcile_namespace(policies, governed)
+    assert (sorted(first.applied), first.errors) == (
+        sorted(f"{governed}/{n}" for n in sixteens),
+        [],
+    )
+    assert template_names(api_client, governed) == sixteens
+    assert reconciler.reconcile_namespace(policies, other).applied == []
+    assert template_names(api_client, other) == set()
+
+    # A second pass writes nothing; a template deleted by hand comes back, alone.
+    again = reconciler.reconcile_namespace(policies, governed)
+    assert (again.applied, again.unchanged, again.deleted) == ([], 5, [])
+    delete_ignoring_absent(
+        api_client, f"{RESOURCE_API}/namespaces/{governed}/resourceclaimtemplates/gpushare-rec-32gi"
+    )
+    repaired = reconciler.reconcile_namespace(policies, governed)
+    assert repaired.applied == [f"{governed}/gpushare-rec-32gi"]
+
+    # A policy edit: sizes that go are deleted, new ones applied, the rest left alone.
+    coarser = reconciler.reconcile_namespace(small_dra_policies("40Gi"), governed)
+    assert sorted(coarser.applied) == [f"{governed}/gpushare-rec-40gi"]
+    assert sorted(coarser.deleted) == sorted(
+        f"{governed}/gpushare-rec-{n}gi" for n in (16, 32, 48, 64)
+    )
+    assert coarser.unchanged == 1  # 80Gi: same size, same spec
+    assert template_names(api_client, governed) == {"gpushare-rec-40gi", "gpushare-rec-80gi"}
+
+    # Running: a namespace created later gets its templates from the namespace watch.
+    stop = threading.Event()
+    loop = threading.Thread(
+        target=run,
+        args=(reconciler, lambda: policies, stop),
+        kwargs={"watch_s": 5},
+        daemon=True,
+    )
+    loop.start()
+    try:
+        later = unique_name("dra-rec")
+        core_v1.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=later)))
+        wait_for(
+            f"templates in {later}",
+            lambda: True if template_names(api_client, later) == sixteens else None,
+            timeout=SCHEDULE_TIMEOUT_S,
+            interval=0.5,
+        )
+        # The first full pass put the 16Gi set back in the namespace edited above too.
+        assert template_names(api_client, governed) == sixteens
+    finally:
+        stop.set()
+        loop.join(timeout=30)
+    assert not loop.is_alive()
+
+
+# -- the whole path: annotation -> webhook -> claim from a template -> scheduler -------------
+
+
+@pytest.fixture(scope="module")
+def dra_webhook(
+    control_plane: ControlPlane,
+    tmp_path_factory: pytest.TempPathFactory,
+    probe_namespace: str,
+) -> Iterator[GpushareWebhook]:
+    """A gpushare serve of its own serving the bundled default policy and the dra example
+    (gpu-dra-* namespaces), registered for this module's tests."""
+    policies = tmp_path_factory.mktemp("dra-policies")
+    shutil.copy(REPO / "policies/default.yaml", policies / "default.yaml")
+    shutil.copy(DRA_EXAMPLE, policies / "dra.yaml")
+    server = WebhookServer.start(tmp_path_factory.mktemp("dra-webhook"), policies)
+    webhook = GpushareWebhook(server, control_plane.api, probe_namespace)
+    try:
+        webhook.register()
+        yield webhook
+        webhook.unregister()
+    finally:
+        server.stop()
+
+
+def annotated_pod(name: str, fraction: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": {FRACTION_ANNOTATION: fraction}},
+        "spec": {"containers": [{"name": "main", "image": PAUSE_IMAGE}]},
+    }
+
+
+def test_annotated_pods_get_claims_the_scheduler_packs_onto_the_selected_gpus(
+    dra_nodes: list[str],
+    dra_webhook: GpushareWebhook,
+    fake_nodes: NodeFactory,
+    api_client: k8s.ApiClient,
+    core_v1: k8s.CoreV1Api,
+) -> None:
+    """Seven pods asking gpu-fraction 0.25 (20Gi of the policy's 80Gi) in a gpu-dra-*
+    namespace: three per H100, none on the A100 (the policy selects Hopper), the 7th
+    Pending."""
+    ampere = unique_name("dra-a100")
+    fake_nodes(FakeGpuNode(name=ampere))
+    api_request(
+        api_client,
+        "POST",
+        f"{RESOURCE_API}/resourceslices",
+        gpu_slice(ampere, 1, "81920Mi", "NVIDIA A100-SXM4-80GB", "Ampere"),
+    )
+    namespace = unique_name("gpu-dra")
+    core_v1.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace)))
+    try:
+        reconciler = TemplateReconciler(TemplateApi(api_client), namespace_templates)
+        result = reconciler.reconcile_namespace(load_policies(DRA_EXAMPLE), namespace)
+        assert (len(result.applied), result.errors) == (77, [])  # 4Gi .. 80Gi
+
+        for index in range(7):
+            admitted = core_v1.create_namespaced_pod(namespace, annotated_pod(f"p{index}", "0.25"))
+            claims = [c.to_dict() for c in admitted.spec.resource_claims]
+            assert claims == [
+                {
+                    "name": CLAIM_NAME,
+                    "resource_claim_name": None,
+                    "resource_claim_template_name": "gpushare-dra-h100-20gi",
+                }
+            ]
+            applied = json.loads(admitted.metadata.annotations[APPLIED_ANNOTATION])
+            assert (applied["mode"], applied["memory"]) == ("dra", "20Gi")
+
+        states = wait_bound_and_unschedulable(core_v1, namespace, bound=6, pending=1)
+        per_node: dict[str, int] = {}
+        for node, _ in states.values():
+            if node:
+                per_node[node] = per_node.get(node, 0) + 1
+        assert per_node == dict.fromkeys(dra_nodes, 3)
+        results = allocations(api_client, namespace)
+        assert {r["consumedCapacity"]["memory"] for r in results} == {"20Gi"}
+        assert ampere not in {r["pool"] for r in results}
+    finally:
+        core_v1.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        delete_ignoring_absent(api_client, f"{RESOURCE_API}/resourceslices/{ampere}-{DRIVER}")
