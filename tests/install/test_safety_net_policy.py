@@ -1,0 +1,265 @@
+"""The safety-net ValidatingAdmissionPolicy as generated: valid objects, a stable layout, the
+policies' facts baked right, and the selection CEL choosing what the webhook chooses.
+
+The CEL of the checks themselves uses Kubernetes' own libraries (optional fields, regex
+``find``, list ``indexOf``), which no Python CEL implements: tests/e2e/test_safety_net_policy.py
+runs every check in the real kube-apiserver. Here celpy evaluates the selection expression,
+which is plain CEL, against ``select_policy`` on many namespaces and label sets.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+import re
+from pathlib import Path
+from typing import Any
+
+import celpy
+import kubernetes_validate
+import pytest
+import yaml
+
+from webhook.cli import main
+from webhook.core import load_policies, load_policy_text
+from webhook.core.policy.model import PolicySet
+from webhook.core.policy.selection import select_policy
+from webhook.install.certs import write_certificates
+from webhook.install.validating_policy import (
+    EnvLimit,
+    SafetyNetError,
+    check_actions,
+    glob_regex,
+    policy_facts,
+    selection_expression,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+KUBERNETES_VERSION = "1.30.0"  # ValidatingAdmissionPolicy is GA (v1) from 1.30
+
+SELECTION_POLICIES = """
+apiVersion: gpushare.io/v1alpha1
+kind: GpuSharingSettings
+metadata: {name: settings}
+spec:
+  excludeNamespaces: [kube-system, "sandbox-*"]
+---
+apiVersion: gpushare.io/v1alpha1
+kind: GpuSharingPolicy
+metadata: {name: fallback}
+spec: {default: true, mode: time-slicing, pools: [{name: half, replicas: 2}]}
+---
+apiVersion: gpushare.io/v1alpha1
+kind: GpuSharingPolicy
+metadata: {name: low-default}
+spec: {default: true, priority: -5, mode: time-slicing, pools: [{name: half, replicas: 2}]}
+---
+apiVersion: gpushare.io/v1alpha1
+kind: GpuSharingPolicy
+metadata: {name: ml-glob}
+spec:
+  match: {namespaces: ["ml-*"], excludeNamespaces: ["ml-legacy"]}
+  mode: time-slicing
+  pools: [{name: half, replicas: 2}]
+---
+apiVersion: gpushare.io/v1alpha1
+kind: GpuSharingPolicy
+metadata: {name: ml-exact}
+spec:
+  match: {namespaces: ["ml-prod", "team-[ab]?"]}
+  mode: time-slicing
+  pools: [{name: half, replicas: 2}]
+---
+apiVersion: gpushare.io/v1alpha1
+kind: GpuSharingPolicy
+metadata: {name: urgent}
+spec:
+  priority: 10
+  match: {namespaces: ["*"], podLabels: {tier: urgent}}
+  mode: time-slicing
+  pools: [{name: half, replicas: 2}]
+  directResourceRequests: allow
+"""
+
+NAMESPACES = [
+    "default", "kube-system", "sandbox-1", "ml-prod", "ml-dev", "ml-legacy", "team-a1",
+    "team-c1", "team-ab", "ml-", "prod-ml-x",
+]  # fmt: skip
+LABEL_SETS: list[dict[str, str]] = [{}, {"tier": "urgent"}, {"tier": "batch"}]
+
+
+@pytest.fixture
+def ca_file(tmp_path: Path) -> Path:
+    return write_certificates(tmp_path / "certs", ["gpushare"]).ca_cert
+
+
+def printed(ca_file: Path, *args: str, capsys: pytest.CaptureFixture[str]) -> list[Any]:
+    code = main(["webhook-config", "--ca", str(ca_file), "--url", "https://127.0.0.1:8443", *args])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return [d for d in yaml.safe_load_all(captured.out) if d]
+
+
+def policies_for_selection() -> PolicySet:
+    return load_policy_text(SELECTION_POLICIES)
+
+
+# -- the selection: which policy governs ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "pattern", ["ml-*", "team-[ab]?", "team-[!ab]*", "a?c", "x.y", "[", "lab-[x", "*"]
+)
+def test_glob_regex_matches_what_fnmatch_matches(pattern: str) -> None:
+    names = ["ml-", "ml-x", "team-a1", "team-c1", "team-ab", "abc", "aXc", "x.y", "xzy", "["]
+    names += ["lab-[x", "lab-x"]
+    regex = re.compile(glob_regex(pattern))
+    for name in names:
+        assert bool(regex.search(name)) == fnmatch.fnmatchcase(name, pattern), (pattern, name)
+
+
+def test_the_selection_cel_chooses_what_the_webhook_chooses() -> None:
+    policies = policies_for_selection()
+    environment = celpy.Environment()
+    program = environment.program(environment.compile(selection_expression(policies)))
+    for namespace, labels in itertools.product(NAMESPACES, LABEL_SETS):
+        activation = {"variables": celpy.json_to_cel({"podNamespace": namespace, "labels": labels})}
+        chosen = select_policy(policies, namespace, labels).policy
+        assert str(program.evaluate(activation)) == (chosen.name if chosen else ""), (
+            namespace,
+            labels,
+        )
+
+
+# -- the facts baked in ---------------------------------------------------------------------
+
+
+def test_the_facts_are_those_of_the_webhooks_plan() -> None:
+    policies = load_policies(REPO / "policies/examples/mps.yaml")
+    (policy,) = policies.policies
+    facts = policy_facts(policies)
+
+    key = f"ml-mps@{policy.version}"
+    assert facts.versions == (key,)
+    assert facts.denied_resources == {"ml-mps": "nvidia.com/gpu.shared"}
+    assert facts.node_selectors[f"{key}/mps-4"] == {
+        "nvidia.com/gpu.replicas": "4",
+        "nvidia.com/gpu.sharing-strategy": "mps",
+    }
+    # One slot of mps-4 is a quarter of an 80 GiB GPU: the most a pod there may be given.
+    assert facts.env_limits[f"{key}/mps-4/1"] == {
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": EnvLimit(bound=25),
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": EnvLimit("0=", "M", 20480),
+    }
+    assert facts.env_limits[f"{key}/mps-2/2"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"].bound == 100
+
+
+def test_time_slicing_has_no_env_limits_and_a_policy_allowing_hand_asks_is_not_denied() -> None:
+    facts = policy_facts(policies_for_selection())
+    assert facts.env_limits == {}
+    assert "urgent" not in facts.denied_resources
+    assert set(facts.denied_resources) == {"fallback", "low-default", "ml-glob", "ml-exact"}
+
+
+# -- the printed objects --------------------------------------------------------------------
+
+
+def test_webhook_config_prints_the_policy_and_binding_in_a_stable_order(
+    ca_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The layout other tools (the Helm chart) rely on: kinds in apply order, one name."""
+    documents = printed(ca_file, "--policies", str(REPO / "policies"), capsys=capsys)
+
+    assert [(d["kind"], d["metadata"]["name"]) for d in documents] == [
+        ("MutatingWebhookConfiguration", "gpushare"),
+        ("ValidatingAdmissionPolicy", "gpushare"),
+        ("ValidatingAdmissionPolicyBinding", "gpushare"),
+        ("ValidatingWebhookConfiguration", "gpushare"),
+    ]
+    for document in documents:
+        kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+    policy, binding = documents[1], documents[2]
+    assert binding["spec"] == {"policyName": "gpushare", "validationActions": ["Deny"]}
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert ["messageExpression" in v for v in policy["spec"]["validations"]] == [
+        False, True, True, True, True, True,
+    ]  # fmt: skip
+    names = [v["name"] for v in policy["spec"]["variables"]]
+    assert len(names) == len(set(names))
+    # The policy's filters are the webhooks': same namespaces, same pods.
+    mutating = documents[0]["webhooks"][0]
+    assert policy["spec"]["matchConstraints"]["namespaceSelector"] == mutating["namespaceSelector"]
+    assert [c["name"] for c in policy["spec"]["matchConditions"]] == [
+        "not-mirror-pod",
+        "uses-gpu-share",
+    ]
+    webhooks = [w["name"] for w in documents[3]["webhooks"]]
+    assert webhooks == ["workloads.gpushare.io", "cronjobs.gpushare.io", "podtemplates.gpushare.io"]
+    assert printed(ca_file, "--policies", str(REPO / "policies"), capsys=capsys) == documents
+
+
+def test_the_pod_validating_webhook_is_opt_in(
+    ca_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    both = printed(ca_file, "--validating-webhook", "pods", capsys=capsys)
+    assert next(w["name"] for w in both[-1]["webhooks"]) == "validate.gpushare.io"
+    assert [d["kind"] for d in both][1:3] == [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ]
+
+    webhook_only = printed(
+        ca_file, "--validating-webhook", "pods", "--no-safety-net-policy", capsys=capsys
+    )
+    assert [d["kind"] for d in webhook_only] == [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ]
+
+    nothing_validating = printed(ca_file, "--validating-webhook", "none", capsys=capsys)
+    assert [d["kind"] for d in nothing_validating] == [
+        "MutatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ]
+
+
+def test_warn_and_audit_try_the_policy_out(
+    ca_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    documents = printed(
+        ca_file, "--validation-action", "Warn", "--validation-action", "Audit", capsys=capsys
+    )
+    assert documents[2]["spec"]["validationActions"] == ["Warn", "Audit"]
+
+
+def test_nothing_checking_pods_after_mutation_is_refused(
+    ca_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [
+            "webhook-config", "--ca", str(ca_file), "--url", "https://127.0.0.1:8443",
+            "--no-safety-net-policy",
+        ]
+    )  # fmt: skip
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "gpushare webhook-config: Without the safety-net policy nothing re-checks pods after "
+        "mutation: keep it, or pass --validating-webhook pods.\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("actions", "message"),
+    [
+        (["Deny", "Warn"], "validationActions Deny and Warn together are refused"),
+        (["Block"], "validation action 'Block' is not one of Deny, Warn, Audit."),
+        ([], "Name at least one validation action"),
+    ],
+)
+def test_validation_actions_the_apiserver_refuses_are_refused_here(
+    actions: list[str], message: str
+) -> None:
+    with pytest.raises(SafetyNetError, match=re.escape(message)):
+        check_actions(actions)
+    assert check_actions(["Deny", "Audit", "Deny"]) == ("Deny", "Audit")
