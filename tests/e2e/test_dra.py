@@ -30,11 +30,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import unique_name
 from gpu_nodes import FakeGpuNode
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from harness.api import ensure_namespace
 from harness.controlplane import ControlPlane
 from harness.processes import wait_for
 from harness.registration import PAUSE_IMAGE, GpushareWebhook
@@ -474,3 +476,39 @@ def test_annotated_pods_get_claims_the_scheduler_packs_onto_the_selected_gpus(
     finally:
         core_v1.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
         delete_ignoring_absent(api_client, f"{RESOURCE_API}/resourceslices/{ampere}-{DRIVER}")
+
+
+# -- the reconciler's Deployment and RBAC (deploy/dra-templates) --------------------------
+
+
+def test_the_reconciler_deployment_applies_and_its_rbac_is_enough_and_no_more(
+    control_plane: ControlPlane, api_client: k8s.ApiClient, core_v1: k8s.CoreV1Api
+) -> None:
+    """kubectl apply -k deploy/dra-templates (server-side dry run of the Deployment, the
+    RBAC for real), then a pass as its ServiceAccount: templates applied; secrets refused."""
+    ensure_namespace(core_v1, "gpushare-system")
+    rendered = control_plane.kubectl("kustomize", str(REPO / "deploy/dra-templates")).stdout
+    kinds = sorted(d["kind"] for d in yaml.safe_load_all(rendered) if d)
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "ServiceAccount"]
+    control_plane.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
+    control_plane.kubectl("apply", "-f", str(REPO / "deploy/dra-templates/rbac.yaml"))
+
+    account = "system:serviceaccount:gpushare-system:gpushare-dra-templates"
+    as_account = control_plane.api_client()
+    try:
+        as_account.set_default_header("Impersonate-User", account)
+        namespace = unique_name("dra-rec")
+        core_v1.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace)))
+        reconciler = TemplateReconciler(TemplateApi(as_account), namespace_templates)
+        policies = small_dra_policies("16Gi")
+
+        def one_pass() -> bool | None:  # RBAC bindings take a moment to be in force
+            result = reconciler.reconcile_namespace(policies, namespace)
+            return True if len(result.applied) == 5 and not result.errors else None
+
+        wait_for("a pass as the ServiceAccount", one_pass, timeout=30.0, interval=0.5)
+        with pytest.raises(ApiException) as refused:
+            k8s.CoreV1Api(as_account).list_namespaced_secret(namespace)
+        assert refused.value.status == 403
+    finally:
+        as_account.close()  # type: ignore[no-untyped-call]
