@@ -12,8 +12,10 @@ the names below; the modules behind them are free to change.
     edits, patch, render   edits -> exact JSON Patch / planned pod
     verdict      mutate / validate: the webhooks' answers
     workloads    pod templates (Deployment, Job, CronJob, ...) checked as the pods they make
+    modes.dra.namespace_templates   the dra mode's ResourceClaimTemplates for a namespace
 """
 
+from webhook.core.modes.dra import namespace_templates
 from webhook.core.planning import Decision, Denied, Planned, Untouched
 from webhook.core.policy.loader import (
     default_policies_path,
@@ -64,6 +66,7 @@ __all__ = [
     "load_policy_texts",
     "mutate",
     "mutated_pod",
+    "namespace_templates",
     "pod_template",
     "read_policy_files",
     "template_changed",

@@ -21,8 +21,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from webhook.core import PolicySet, default_policies_path, load_policies
-from webhook.core.modes.dra import namespace_templates
+from webhook.core import PolicySet, default_policies_path, load_policies, namespace_templates
 from webhook.dra.reconciler import PassResult, TemplateApi, TemplateReconciler, run
 from webhook.errors import GpushareError
 from webhook.server.policy_store import PolicyStore
