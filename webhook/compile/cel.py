@@ -10,6 +10,7 @@ formatted the way ``webhook.core.placement.format_fraction`` formats them.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 
 # The same float slack as webhook.core.placement._EPSILON.
@@ -67,12 +68,19 @@ def glob_regex(pattern: str) -> str:
             if j >= n:  # no closing bracket: fnmatch reads "[" literally
                 out.append(r"\[")
                 continue
-            body = pattern[i:j].replace("\\", r"\\")
+            body = pattern[i:j]
             i = j + 1
-            if body.startswith("!"):
-                body = "^" + body[1:]
-            elif body.startswith("^"):
-                body = "\\" + body
+            ranges = re.findall(r"(.)-(.)", body.lstrip("!"))
+            if any(low > high for low, high in ranges):
+                raise ValueError(f"glob {pattern!r} holds a reversed range in [{body}]")
+            negated = body.startswith("!")
+            if negated:
+                body = body[1:]
+            # Brackets, backslashes and a leading caret are literal inside an fnmatch class.
+            for special in ("\\", "[", "]", "^"):
+                body = body.replace(special, "\\" + special)
+            if negated:
+                body = "^" + body
             out.append(f"[{body}]")
         else:
             out.append(_escape(c))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from webhook.compile.cel import glob_regex
 from webhook.constants import MPS_LIMIT_VARS, MPS_PIPE_DIRECTORY_VAR
 from webhook.core.framework_images import JAX_FRACTION, JAX_PREALLOCATE, TF_GROWTH
 from webhook.core.policy.model import Mode, Policy, PolicySet, ServerMemory
@@ -99,6 +100,15 @@ def _policy_refusals(policy: Policy) -> list[Refusal]:
                     "compiled env merge keeps one setting per name: remove it from inject.env",
                 )
             )
+    for field, patterns in (
+        ("match.namespaces", policy.match.namespaces),
+        ("match.excludeNamespaces", policy.match.exclude_namespaces),
+    ):
+        for pattern in patterns:
+            try:
+                glob_regex(pattern)
+            except ValueError as error:
+                found.append(_refuse(policy, field, f"{error}: write the range low-high"))
     if len({name for name, _ in policy.inject.env}) != len(policy.inject.env):
         found.append(_refuse(policy, "inject.env", "a name appears twice: keep one"))
     return found

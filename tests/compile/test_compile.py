@@ -1,0 +1,150 @@
+"""``gpushare compile``: the documents it prints, and what it refuses, by field.
+
+Whether the compiled policies do what the webhook does is for the real apiserver to say:
+tests/e2e/test_compiled_policies.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+import yaml
+
+from webhook import cli
+from webhook.compile import CompileRefusedError, compile_policies, notes
+from webhook.compile.plan import DENIAL_ANNOTATION
+from webhook.compile.refusals import refusals
+from webhook.core import load_policies
+from webhook.core.policy.model import PolicySet, ServerMemory
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT = REPO / "policies/default.yaml"
+
+
+def _kinds(documents: list[dict]) -> list[tuple[str, str]]:  # type: ignore[type-arg]
+    return [(d["kind"], d["metadata"]["name"]) for d in documents]
+
+
+def test_the_default_policy_compiles_to_mutating_and_validating_policies() -> None:
+    documents = compile_policies(load_policies(DEFAULT))
+    assert _kinds(documents) == [
+        ("MutatingAdmissionPolicy", "gpushare-default"),
+        ("MutatingAdmissionPolicyBinding", "gpushare-default"),
+        ("ValidatingAdmissionPolicy", "gpushare-default"),
+        ("ValidatingAdmissionPolicyBinding", "gpushare-default"),
+        ("ValidatingAdmissionPolicy", "gpushare-denials"),
+        ("ValidatingAdmissionPolicyBinding", "gpushare-denials"),
+    ]
+    assert {d["apiVersion"] for d in documents} == {"admissionregistration.k8s.io/v1"}
+    mutating = documents[0]["spec"]
+    assert mutating["reinvocationPolicy"] == "IfNeeded"
+    assert mutating["failurePolicy"] == "Fail"
+    assert [m["patchType"] for m in mutating["mutations"]] == ["JSONPatch"]
+    conditions = {c["name"]: c["expression"] for c in mutating["matchConditions"]}
+    assert set(conditions) == {"requests-gpu-share", "not-mirror-pod", "governed-by-policy"}
+    assert "kubernetes.io/config.mirror" in conditions["not-mirror-pod"]
+    patch = mutating["mutations"][0]["jsonPatch"]["expression"]
+    # nodeSelector is atomic for ApplyConfiguration: set key by key with JSONPatch.
+    assert "/spec/nodeSelector/" in patch and "gpushare.io~1applied" in patch
+    assert "gpushare.io~1denied" in patch
+
+
+def test_bindings_keep_system_namespaces_and_opted_out_ones_away() -> None:
+    documents = compile_policies(load_policies(DEFAULT))
+    for binding in (d for d in documents if d["kind"].endswith("Binding")):
+        expressions = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+        names = next(e for e in expressions if e["key"] == "kubernetes.io/metadata.name")
+        assert {"kube-system", "gpushare-system"} <= set(names["values"])
+        assert {"key": "gpushare.io/webhook", "operator": "NotIn", "values": ["exclude"]} in (
+            expressions
+        )
+
+
+def test_the_denials_policy_reads_only_the_refusal_annotation() -> None:
+    denials = compile_policies(load_policies(DEFAULT))[-2]["spec"]
+    assert DENIAL_ANNOTATION in denials["matchConditions"][0]["expression"]
+    assert [v["reason"] for v in denials["validations"]] == ["Invalid", "Forbidden"]
+    assert "variables" not in denials  # no planning here: the mutating policy did it
+
+
+def test_a_policy_allowing_requests_by_hand_gets_no_policy_for_them() -> None:
+    policies = load_policies(DEFAULT)
+    allowing = dataclasses.replace(policies.policies[0], direct_requests="allow")
+    documents = compile_policies(PolicySet((allowing,), policies.excluded_namespaces))
+    assert ("ValidatingAdmissionPolicy", "gpushare-default") not in _kinds(documents)
+
+
+def _with(**changes: object) -> PolicySet:
+    policies = load_policies(DEFAULT)
+    policy = dataclasses.replace(policies.policies[0], **changes)  # type: ignore[arg-type]
+    return PolicySet((policy,), policies.excluded_namespaces)
+
+
+def test_a_mode_without_compiled_form_is_refused_by_name() -> None:
+    [refusal] = refusals(_with(mode="hami"))
+    assert refusal.field == "mode"
+    assert "mode 'hami' has no compiled form" in str(refusal)
+    assert str(refusal).startswith(f"{DEFAULT}: policy 'default': spec.mode: ")
+
+
+def test_the_pytorch_key_and_setting_server_flags_are_refused_by_field() -> None:
+    policies = load_policies(REPO / "policies/examples/mps.yaml")
+    with pytest.raises(CompileRefusedError) as refused:
+        compile_policies(policies)
+    fields = [r.field for r in refused.value.refusals]
+    assert fields == ["frameworks.pytorch.memoryFraction", "inferenceServers.memory"]
+    assert "keep the webhook" in str(refused.value)
+
+
+def test_injected_env_colliding_with_a_limit_is_refused() -> None:
+    policies = _with(
+        inject=dataclasses.replace(
+            load_policies(DEFAULT).policies[0].inject,
+            env=(("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "50"),),
+        )
+    )
+    [refusal] = refusals(policies)
+    assert refusal.field == "inject.env"
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" in refusal.why
+
+
+def test_notes_say_which_warnings_are_left_out() -> None:
+    text = "\n".join(notes(load_policies(DEFAULT)))
+    assert "spec.inferenceServers.memory: warn" in text
+    ignoring = _with(
+        inference_servers=dataclasses.replace(
+            load_policies(DEFAULT).policies[0].inference_servers, memory=ServerMemory.IGNORE
+        )
+    )
+    assert "inferenceServers" not in "\n".join(notes(ignoring))
+
+
+def _run(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = cli.main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_cli_prints_the_documents_and_the_notes() -> None:
+    code, out, err = _run("compile", "--policies", str(DEFAULT))
+    assert code == 0
+    assert next(d["kind"] for d in yaml.safe_load_all(out)) == "MutatingAdmissionPolicy"
+    assert err.startswith("note: ")
+
+
+def test_cli_refusal_exits_2_naming_the_field(tmp_path: Path) -> None:
+    code, out, err = _run("compile", "--policies", str(REPO / "policies/examples/mps.yaml"))
+    assert code == 2 and out == ""
+    assert "spec.frameworks.pytorch.memoryFraction" in err
+
+
+def test_cli_writes_to_a_file(tmp_path: Path) -> None:
+    target = tmp_path / "compiled.yaml"
+    code, out, _ = _run("compile", "--policies", str(DEFAULT), "-o", str(target))
+    assert code == 0 and out == ""
+    assert len(list(yaml.safe_load_all(target.read_text()))) == 6
