@@ -21,7 +21,9 @@ the same annotated pod (gpu-fraction "0.5", a realistic training container) over
   the apiserver, no webhook).
 
 Each client thread keeps one TLS connection to the apiserver (client-certificate auth) and
-POSTs raw JSON. Concurrency 1 and 8. The table gives creates/s and p50/p99 latency per mode,
+POSTs raw JSON. Concurrency 1 and 8. The table gives creates/s, p50/p99 latency and the
+apiserver process's CPU per create (/proc: on a shared machine a steadier view of what runs
+inside the apiserver, where compiled policies run) per mode,
 then what each mode adds over **none** at p50 and p99, in ms and as a multiple of what the
 no-op webhook adds. Targets (issue 11): shipped <= 3.0x no-op; compiled <= 1.25x no-op at
 concurrency 1 and <= 0.6x shipped at concurrency 1 and 8 (p50). The apiserver's own view of
@@ -125,6 +127,8 @@ class Cell:
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
     mutated: int = 0
+    # CPU seconds the apiserver process spent over the measured creates.
+    apiserver_cpu: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -201,13 +205,25 @@ def run_cell(plane: ControlPlane, cell: Cell, count: int, deadline: float) -> No
     try:
         run(WARMUP_CREATES, record=False)
         next_index[0] = 0
+        before = process_cpu(apiserver_pid(plane))
         cell.seconds = run(count, record=True)
+        cell.apiserver_cpu = process_cpu(apiserver_pid(plane)) - before
     finally:
         for creator in creators:
             creator.close()
 
 
 # -- metrics -------------------------------------------------------------------------------
+
+
+def apiserver_pid(plane: ControlPlane) -> int:
+    return next(c.process.pid for c in plane.components if c.name == "kube-apiserver")
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (/proc/<pid>/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def scrape(text: str, names: set[str]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -287,6 +303,11 @@ def added(cells: list[Cell], concurrency: int, fraction: float) -> dict[str, flo
     return {mode: value[mode] - value["none"] for mode in MODES if mode != "none"}
 
 
+def cpu_per_create(group: Sequence[Cell]) -> float:
+    creates = sum(len(c.latencies) for c in group)
+    return sum(c.apiserver_cpu for c in group) / creates * 1000 if creates else float("nan")
+
+
 def times(value: float, floor: float) -> float:
     return value / floor if floor > 0 else float("nan")
 
@@ -294,7 +315,7 @@ def times(value: float, floor: float) -> float:
 def report(cells: list[Cell], concurrencies: Sequence[int]) -> tuple[bool, list[str]]:
     lines = [
         f"{'conc':>4}  {'mode':<9} {'creates':>7} {'creates/s':>9} {'p50 ms':>8} "
-        f"{'p99 ms':>8} {'mutated':>7} {'errors':>6}"
+        f"{'p99 ms':>8} {'apiserver CPU ms/create':>23} {'mutated':>7} {'errors':>6}"
     ]
     for concurrency in concurrencies:
         for mode in MODES:
@@ -306,6 +327,7 @@ def report(cells: list[Cell], concurrencies: Sequence[int]) -> tuple[bool, list[
                 f"{statistics.median(rates) if rates else float('nan'):>9.1f} "
                 f"{percentile(latencies, 0.5) * 1000:>8.2f} "
                 f"{percentile(latencies, 0.99) * 1000:>8.2f} "
+                f"{cpu_per_create(group):>23.3f} "
                 f"{sum(c.mutated for c in group):>7} {sum(len(c.errors) for c in group):>6}"
             )
     lines += ["", "added over no admission (ms, and x what the no-op webhook adds):"]
