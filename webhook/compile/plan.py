@@ -47,8 +47,9 @@ from webhook.core.request import MAX_VALUE_LENGTH, MAX_WHOLE_GPUS
 V = "variables."
 # Where the mutating policy writes why it left a pod alone ("422 ..." or "403 ...", the
 # webhook's status code and its reasons); the validating policy denies the pod with it. A
-# user cannot use it to deny or admit anything: the mutating policy removes it from every
-# pod it mutates and writes it on every pod it does not.
+# user cannot get a pod past a policy with it: the mutating policy removes it from every pod
+# it mutates and writes it on every pod it refuses; written by hand on a pod no policy
+# governs, it only refuses that pod.
 DENIAL_ANNOTATION = "gpushare.io/denied"
 # Granted shares are at most 1: this marks a pool that cannot take the request.
 NO_POOL = "9.0"

@@ -52,6 +52,14 @@ def _refuse(policy: Policy, field: str, why: str) -> Refusal:
 def refusals(policies: PolicySet) -> list[Refusal]:
     """Everything in ``policies`` the compiler cannot express; empty when it compiles."""
     found: list[Refusal] = []
+    for pattern in sorted(policies.excluded_namespaces):
+        try:
+            glob_regex(pattern)
+        except ValueError as error:
+            source = policies.sources[0] if policies.sources else "settings"
+            found.append(
+                Refusal("(settings)", source, "excludeNamespaces", f"{error}: write low-high")
+            )
     for policy in policies.policies:
         found += _policy_refusals(policy)
     return found
