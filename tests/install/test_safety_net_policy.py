@@ -25,14 +25,13 @@ from webhook.core import load_policies, load_policy_text
 from webhook.core.policy.model import PolicySet
 from webhook.core.policy.selection import select_policy
 from webhook.install.certs import write_certificates
-from webhook.install.validating_policy import (
+from webhook.install.policy_facts import (
     EnvLimit,
-    SafetyNetError,
-    check_actions,
     glob_regex,
     policy_facts,
     selection_expression,
 )
+from webhook.install.validating_policy import SafetyNetError, check_actions
 
 REPO = Path(__file__).resolve().parents[2]
 KUBERNETES_VERSION = "1.30.0"  # ValidatingAdmissionPolicy is GA (v1) from 1.30

@@ -15,7 +15,9 @@ the names below; the modules behind them are free to change.
     modes.dra.namespace_templates   the dra mode's ResourceClaimTemplates for a namespace
 """
 
+from webhook.core.modes import mode_changes, whole_gpu_changes
 from webhook.core.modes.dra import namespace_templates
+from webhook.core.placement import Placement
 from webhook.core.planning import Decision, Denied, Planned, Untouched
 from webhook.core.policy.loader import (
     default_policies_path,
@@ -24,8 +26,9 @@ from webhook.core.policy.loader import (
     load_policy_texts,
     read_policy_files,
 )
-from webhook.core.policy.model import Allocation, Mode, Policy, PolicySet, Pool
+from webhook.core.policy.model import Allocation, DirectRequests, Mode, Policy, PolicySet, Pool
 from webhook.core.policy.schema import document_schema
+from webhook.core.policy.schemes import KAI_SCHEDULER
 from webhook.core.policy.set_checks import SetFinding, Severity, check_policy_set, finding_lines
 from webhook.core.verdict import Verdict, mutate, mutated_pod, validate
 from webhook.core.workloads import (
@@ -40,11 +43,14 @@ from webhook.core.workloads import (
 )
 
 __all__ = [
+    "KAI_SCHEDULER",
     "WORKLOAD_KINDS",
     "Allocation",
     "Decision",
     "Denied",
+    "DirectRequests",
     "Mode",
+    "Placement",
     "Planned",
     "Policy",
     "PolicySet",
@@ -64,6 +70,7 @@ __all__ = [
     "load_policies",
     "load_policy_text",
     "load_policy_texts",
+    "mode_changes",
     "mutate",
     "mutated_pod",
     "namespace_templates",
@@ -71,5 +78,6 @@ __all__ = [
     "read_policy_files",
     "template_changed",
     "validate",
+    "whole_gpu_changes",
     "workload_kind",
 ]

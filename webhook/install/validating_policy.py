@@ -33,39 +33,38 @@ listed in the ``gpushare.io/policy-versions`` annotation for admins to compare. 
 selection (which policy governs a namespace, for ``never-mutated`` and ``direct-request``)
 goes stale with a policy change; regenerate after editing policies.
 
-Kubernetes facts relied on (kubernetes/kubernetes, staging/src/k8s.io/apiserver/pkg/cel/library:
-regex.go ``find``, lists.go ``indexOf``; cel-go ext strings ``replace``/``substring``/``join``;
-optional ``.?`` and ``[?]`` since 1.29): every optional field is read through ``.?``/``has()``,
-because a missing one is an evaluation error that failurePolicy Fail turns into a denial.
+CEL libraries used (kubernetes/kubernetes staging/src/k8s.io/apiserver/pkg/cel/library:
+regex.go ``find``, lists.go ``indexOf``; cel-go strings ext; optionals ``.?``/``[?]``): every
+optional field is read through them, as a missing one is an evaluation error (a denial).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.constants import (
-    APPLIED_ANNOTATION,
-    FRACTION_ANNOTATION,
-    REQUEST_ANNOTATIONS,
-)
-from webhook.core.modes import mode_changes, whole_gpu_changes
-from webhook.core.placement import Placement
-from webhook.core.policy.model import DirectRequests, Mode, Policy, PolicySet
-from webhook.core.policy.schemes import KAI_SCHEDULER
+from webhook.constants import APPLIED_ANNOTATION, FRACTION_ANNOTATION, REQUEST_ANNOTATIONS
+from webhook.core import KAI_SCHEDULER, PolicySet
 from webhook.errors import GpushareError
+from webhook.install.policy_facts import (
+    POOL_MODES,
+    WHOLE_GPU_KEY,
+    PolicyFacts,
+    cel_list,
+    cel_map,
+    cel_string,
+    concat,
+    limits_literal,
+    policy_facts,
+    record_field,
+    selector_literal,
+)
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 VALIDATION_ACTIONS = ("Deny", "Warn", "Audit")
 DEFAULT_VALIDATION_ACTIONS: tuple[str, ...] = ("Deny",)
 VERSIONS_ANNOTATION = "gpushare.io/policy-versions"
-# The modes whose pods are placed on pools of device-plugin replicas: their record names the
-# pool and slots, and their node selector and env limits follow from the pool alone.
-POOL_MODES = frozenset({Mode.TIME_SLICING, Mode.MPS, Mode.MPS_DAEMON})
-WHOLE_GPU_KEY = "whole-gpu"
-_GLOB_CHARS = "*?["
 
 # The webhook's words (webhook/core/verdict.py), so a denial reads the same either way.
 NEVER_MUTATED_MESSAGE = (
@@ -84,35 +83,6 @@ class SafetyNetError(GpushareError):
 
 
 @dataclass(frozen=True)
-class EnvLimit:
-    """An env value a mode enforces: a number no larger than ``bound`` between ``prefix``
-    and ``suffix`` (``0=20480M``), or, with ``exact``, that very string."""
-
-    prefix: str = ""
-    suffix: str = ""
-    bound: int = 0
-    exact: str | None = None
-
-
-@dataclass(frozen=True)
-class PolicyFacts:
-    """What the policies tell the CEL, computed once at generation."""
-
-    # The governing policy's name for a namespace and pod labels, as a CEL expression.
-    selection: str
-    # Policies that deny asking for their resource by hand: name -> resource.
-    denied_resources: Mapping[str, str]
-    # "policy@version/pool" (or ".../whole-gpu") -> the node selector mutation puts there.
-    node_selectors: Mapping[str, Mapping[str, str]]
-    # "policy@version/pool/slots" -> env name -> its limit.
-    env_limits: Mapping[str, Mapping[str, EnvLimit]]
-    # "policy@version" of the policies whose whole GPUs are the record's count of its
-    # resource (not so where a scheme counts in other units: 100 vcuda cores per GPU).
-    whole_counted: tuple[str, ...] = ()
-    versions: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class SafetyNetSettings:
     name: str
     failure_policy: str
@@ -122,229 +92,15 @@ class SafetyNetSettings:
     labels: Mapping[str, str] = field(default_factory=dict)
 
 
-# -- CEL text --------------------------------------------------------------------------
-
-
-def cel_string(value: str) -> str:
-    """A CEL string literal in single quotes."""
-    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{escaped}'"
-
-
-def _cel_list(values: Iterable[str]) -> str:
-    return "[" + ", ".join(cel_string(value) for value in values) + "]"
-
-
-def _cel_map(entries: Mapping[str, str]) -> str:
-    return "{" + ", ".join(f"{cel_string(k)}: {v}" for k, v in entries.items()) + "}"
-
-
-def _concat(*parts: str) -> str:
-    """A CEL string concatenation; parts starting with ``=`` are expressions, others text."""
-    return " + ".join(part[1:] if part.startswith("=") else cel_string(part) for part in parts)
-
-
-def glob_regex(pattern: str) -> str:
-    """An RE2 regex matching exactly the names ``fnmatch.fnmatchcase(name, pattern)`` does
-    (``*``, ``?``, ``[seq]``, ``[!seq]``; an unclosed ``[`` is literal, as in fnmatch)."""
-    out = ["^"]
-    i = 0
-    while i < len(pattern):
-        char = pattern[i]
-        i += 1
-        if char == "*":
-            out.append(".*")
-        elif char == "?":
-            out.append(".")
-        elif char == "[":
-            end = i + 1 if pattern[i : i + 1] in ("!", "]") else i
-            end = end + 1 if pattern[end : end + 1] == "]" else end
-            close = pattern.find("]", end)
-            if close < 0:
-                out.append(re.escape(char))
-                continue
-            body = pattern[i:close]
-            i = close + 1
-            negate = body.startswith("!")
-            body = body[1:] if negate else body
-            escaped = body.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
-            out.append(f"[{'^' if negate else ''}{escaped}]")
-        else:
-            out.append(re.escape(char))
-    out.append("$")
-    return "".join(out)
-
-
-def _is_glob(pattern: str) -> bool:
-    return any(char in pattern for char in _GLOB_CHARS)
-
-
-def _namespace_in(patterns: Iterable[str]) -> str:
-    """CEL: the request's namespace matches one of ``patterns``; 'false' for none."""
-    patterns = list(dict.fromkeys(patterns))
-    exact = [p for p in patterns if not _is_glob(p)]
-    tests = [f"variables.podNamespace in {_cel_list(exact)}"] if exact else []
-    tests += [
-        f"variables.podNamespace.matches({cel_string(glob_regex(p))})"
-        for p in patterns
-        if p and _is_glob(p)
-    ]
-    return " || ".join(tests) or "false"
-
-
-# -- Facts from the policies -------------------------------------------------------------
-
-
-def _policy_base(policy: Policy) -> list[str]:
-    """The conditions every way of matching ``policy`` shares: its excludes, its labels."""
-    conditions = []
-    if policy.match.exclude_namespaces:
-        conditions.append(f"!({_namespace_in(policy.match.exclude_namespaces)})")
-    for key, value in sorted(policy.match.pod_labels.items()):
-        conditions.append(
-            f"({cel_string(key)} in variables.labels && "
-            f"variables.labels[{cel_string(key)}] == {cel_string(value)})"
-        )
-    return conditions
-
-
-def selection_expression(policies: PolicySet) -> str:
-    """``webhook.core.policy.selection.select_policy`` as CEL: the governing policy's name,
-    '' when none. Each way a policy can match (exact name, glob, ``*``) is one candidate,
-    ranked as selection ranks them (priority, specificity, name); default policies follow,
-    used only when no candidate matched."""
-    candidates: list[tuple[tuple[int, int, str], str, str]] = []
-    defaults: list[tuple[tuple[int, str], str, str]] = []
-    for policy in policies.policies:
-        base = _policy_base(policy)
-        labels = len(policy.match.pod_labels)
-        patterns = policy.match.namespaces
-        exact = [p for p in patterns if not _is_glob(p)]
-        globs = [p for p in patterns if _is_glob(p) and p != "*"]
-        levels = [(2, _namespace_in(exact) if exact else "")]
-        levels.append(
-            (1, f"!({_namespace_in(exact)}) && ({_namespace_in(globs)})" if globs else "")
-        )
-        if "*" in patterns:
-            levels.append((0, f"!({_namespace_in([*exact, *globs])})"))
-        for level, condition in levels:
-            if condition:
-                rank = (-policy.priority, -(level * 10 + labels), policy.name)
-                candidates.append((rank, policy.name, " && ".join([*base, f"({condition})"])))
-        if policy.default:
-            defaults.append(((-policy.priority, policy.name), policy.name, " && ".join(base)))
-    chain = "''"
-    ordered = [
-        *(c[1:] for c in sorted(defaults, key=lambda c: c[0], reverse=True)),
-        *(c[1:] for c in sorted(candidates, key=lambda c: c[0], reverse=True)),
-    ]
-    for name, condition in ordered:
-        chain = f"({condition or 'true'}) ? {cel_string(name)} : {chain}"
-    excluded = sorted(policies.excluded_namespaces)
-    if excluded:
-        chain = f"({_namespace_in(excluded)}) ? '' : {chain}"
-    return chain
-
-
-def _record_key(policy: Policy, place: str) -> str:
-    return f"{policy.name}@{policy.version}/{place}"
-
-
-def _env_limit(value: str) -> EnvLimit:
-    if value.isdigit():
-        return EnvLimit(bound=int(value))
-    found = re.fullmatch(r"(0=)([0-9]+)(M)", value)
-    if found:
-        return EnvLimit(found.group(1), found.group(3), int(found.group(2)))
-    return EnvLimit(exact=value)
-
-
-def policy_facts(policies: PolicySet) -> PolicyFacts:
-    """The facts the CEL needs, from the policies the webhook serves."""
-    selectors: dict[str, Mapping[str, str]] = {}
-    limits: dict[str, Mapping[str, EnvLimit]] = {}
-    whole_counted: list[str] = []
-    for policy in policies.policies:
-        # Two GPUs: a count that tells "the GPU count" from a fixed number of units.
-        whole = whole_gpu_changes(policy, 2)
-        if not isinstance(whole, str) and whole.resources[:1] == ((whole.resources[0][0], 2),):
-            whole_counted.append(f"{policy.name}@{policy.version}")
-        if policy.whole_gpus.node_selector:
-            selectors[_record_key(policy, WHOLE_GPU_KEY)] = dict(policy.whole_gpus.node_selector)
-        if policy.mode not in POOL_MODES:
-            continue
-        for pool in policy.pools:
-            for slots in range(1, pool.replicas + 1):
-                # The pod's fraction is at most its slots' share, and enforced limits grow
-                # with the fraction: their values at that share bound the pod's.
-                changes = mode_changes(policy, Placement(pool, slots, slots / pool.replicas))
-                if slots == 1 and changes.node_selector:
-                    selectors[_record_key(policy, pool.name)] = dict(changes.node_selector)
-                enforced = {env.name: _env_limit(env.value) for env in changes.env if env.enforced}
-                if enforced:
-                    limits[_record_key(policy, f"{pool.name}/{slots}")] = enforced
-    return PolicyFacts(
-        selection=selection_expression(policies),
-        denied_resources={
-            p.name: p.resource_name
-            for p in policies.policies
-            if p.direct_requests is DirectRequests.DENY
-        },
-        node_selectors=selectors,
-        env_limits=limits,
-        versions=tuple(sorted(f"{p.name}@{p.version}" for p in policies.policies)),
-        whole_counted=tuple(whole_counted),
-    )
-
-
 # -- The objects ----------------------------------------------------------------------------
 
 
-def _record_field(name: str, *, number: bool = False) -> str:
-    """CEL: one field of the applied record ('' when absent). The record is the compact,
-    key-sorted JSON the core writes, and its values (DNS names, resource names, digits)
-    hold no quotes, so a regex finds them."""
-    key = '"' + name + '":'
-    value = "[0-9]+" if number else '"[^"]*"'
-    found = f"variables.applied.find({cel_string(key + value)})"
-    return f"{found}.replace({cel_string(key)}, '').replace('\"', '')"
-
-
-def _selector_literal(facts: PolicyFacts) -> str:
-    return _cel_map(
-        {
-            key: _cel_map({k: cel_string(v) for k, v in sel.items()})
-            for key, sel in sorted(facts.node_selectors.items())
-        }
-    )
-
-
-def _limit_literal(limit: EnvLimit) -> str:
-    if limit.exact is not None:
-        return _cel_map({"exact": cel_string(limit.exact)})
-    return _cel_map(
-        {
-            "prefix": cel_string(limit.prefix),
-            "suffix": cel_string(limit.suffix),
-            "bound": cel_string(str(limit.bound)),
-        }
-    )
-
-
-def _limits_literal(facts: PolicyFacts) -> str:
-    return _cel_map(
-        {
-            key: _cel_map({name: _limit_literal(limit) for name, limit in sorted(env.items())})
-            for key, env in sorted(facts.env_limits.items())
-        }
-    )
-
-
 def _variables(facts: PolicyFacts) -> list[dict[str, str]]:
+    """The named CEL values the checks share; long because each is one line of CEL."""
     annotated = " || ".join(
         f"{cel_string(k)} in variables.annotations" for k in REQUEST_ANNOTATIONS
     )
-    denied = _cel_map({k: cel_string(v) for k, v in sorted(facts.denied_resources.items())})
+    denied = cel_map({k: cel_string(v) for k, v in sorted(facts.denied_resources.items())})
     resource_asked = (
         "(has(c.resources) && ((has(c.resources.limits) && variables.deniedResource in "
         "c.resources.limits) || (has(c.resources.requests) && variables.deniedResource in "
@@ -372,27 +128,27 @@ def _variables(facts: PolicyFacts) -> list[dict[str, str]]:
             f"object.spec.?initContainers.orValue([]).filter(c, {resource_asked}).map(c, c.name)",
         ),
         ("checksRecord", "variables.annotated && variables.applied != ''"),
-        ("recordContainer", _record_field("container")),
-        ("recordResource", _record_field("resource")),
+        ("recordContainer", record_field("container")),
+        ("recordResource", record_field("resource")),
         (
             "recordCount",
-            f"{_record_field('slots', number=True)} != '' ? {_record_field('slots', number=True)}"
-            f" : {_record_field('gpus', number=True)}",
+            f"{record_field('slots', number=True)} != '' ? {record_field('slots', number=True)}"
+            f" : {record_field('gpus', number=True)}",
         ),
-        ("recordMode", _record_field("mode")),
-        ("recordVersion", f"{_record_field('policy')} + '@' + {_record_field('policyVersion')}"),
+        ("recordMode", record_field("mode")),
+        ("recordVersion", f"{record_field('policy')} + '@' + {record_field('policyVersion')}"),
         (
             "recordKey",
             f"variables.recordVersion + '/' + (variables.recordMode == {cel_string(WHOLE_GPU_KEY)}"
-            f" ? {cel_string(WHOLE_GPU_KEY)} : {_record_field('pool')})",
+            f" ? {cel_string(WHOLE_GPU_KEY)} : {record_field('pool')})",
         ),
         (
             # The record's count is the container's count of its resource: slots for the
             # device plugin's modes, GPUs where the policy's whole GPUs are counted so.
             "countsResource",
-            f"variables.recordMode in {_cel_list(sorted(m.value for m in POOL_MODES))} || "
+            f"variables.recordMode in {cel_list(sorted(m.value for m in POOL_MODES))} || "
             f"(variables.recordMode == {cel_string(WHOLE_GPU_KEY)} && "
-            f"variables.recordVersion in {_cel_list(facts.whole_counted)})",
+            f"variables.recordVersion in {cel_list(facts.whole_counted)})",
         ),
         (
             "gpuIndex",
@@ -406,7 +162,7 @@ def _variables(facts: PolicyFacts) -> list[dict[str, str]]:
         ("nodeSelector", "object.spec.?nodeSelector.orValue({})"),
         (
             "selector",
-            f"!variables.checksRecord ? {{}} : {_selector_literal(facts)}"
+            f"!variables.checksRecord ? {{}} : {selector_literal(facts)}"
             "[?variables.recordKey].orValue({})",
         ),
         (
@@ -417,7 +173,7 @@ def _variables(facts: PolicyFacts) -> list[dict[str, str]]:
         ),
         (
             "limits",
-            f"!variables.checksRecord || variables.gpuIndex < 0 ? {{}} : {_limits_literal(facts)}"
+            f"!variables.checksRecord || variables.gpuIndex < 0 ? {{}} : {limits_literal(facts)}"
             "[?variables.recordKey + '/' + variables.recordCount].orValue({})",
         ),
         (
@@ -439,10 +195,11 @@ def _escaped_key(expression: str) -> str:
 
 
 def _changed(detail: Sequence[str]) -> str:
-    return _concat(CHANGED_PREFIX + " (", *detail, ")" + CHANGED_SUFFIX)
+    return concat(CHANGED_PREFIX + " (", *detail, ")" + CHANGED_SUFFIX)
 
 
 def _validations() -> list[dict[str, str]]:
+    """The checks, with the webhook's messages; long because each is one literal."""
     container = "='/spec/containers/' + string(variables.gpuIndex)"
     return [
         {
@@ -456,7 +213,7 @@ def _validations() -> list[dict[str, str]]:
         },
         {
             "expression": "size(variables.handAsking) == 0",
-            "messageExpression": _concat(
+            "messageExpression": concat(
                 "container '",
                 "=variables.handAsking[0]",
                 "' asks for ",

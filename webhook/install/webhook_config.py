@@ -50,13 +50,8 @@ from webhook.constants import (
     REQUEST_ANNOTATIONS,
     SHARED_GPU_RESOURCE,
 )
-from webhook.core.policy.model import PolicySet
 from webhook.errors import GpushareError
-from webhook.install.validating_policy import (
-    DEFAULT_VALIDATION_ACTIONS,
-    SafetyNetSettings,
-    safety_net,
-)
+from webhook.install.validating_policy import DEFAULT_VALIDATION_ACTIONS
 
 CONFIGURATION_NAME = "gpushare"
 MUTATING_WEBHOOK_NAME = "mutate.gpushare.io"
@@ -399,28 +394,6 @@ def webhook_configurations(settings: WebhookSettings) -> list[dict[str, Any]]:
     if settings.validating_webhook != "none":
         documents.append(validating_configuration(settings))
     return documents
-
-
-def safety_net_settings(settings: WebhookSettings) -> SafetyNetSettings:
-    """The safety-net policy's share of the webhook settings: name, filters, failurePolicy."""
-    return SafetyNetSettings(
-        name=settings.name,
-        failure_policy=settings.failure_policy,
-        namespace_selector=namespace_selector(settings),
-        match_conditions=pod_match_conditions(settings),
-        validation_actions=settings.validation_actions,
-        labels=settings.labels,
-    )
-
-
-def admission_configurations(
-    settings: WebhookSettings, policies: PolicySet
-) -> list[dict[str, Any]]:
-    """Everything `gpushare webhook-config` prints, in the order to apply it: the mutating
-    configuration, the safety-net policy and its binding, the validating configuration."""
-    webhooks = webhook_configurations(settings)
-    net = safety_net(safety_net_settings(settings), policies) if settings.safety_net_policy else []
-    return [webhooks[0], *net, *webhooks[1:]]
 
 
 def render_yaml(documents: Sequence[dict[str, Any]]) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from webhook.core import default_policies_path, load_policies
 from webhook.errors import GpushareError, PolicyError
+from webhook.install.admission import admission_configurations
 from webhook.install.certs import (
     CertificateError,
     parse_ip_addresses,
@@ -30,7 +31,6 @@ from webhook.install.webhook_config import (
     ServiceTarget,
     UrlTarget,
     WebhookSettings,
-    admission_configurations,
     render_yaml,
 )
 from webhook.server.serve_command import POLICIES_HELP, add_serve, positive_int
@@ -177,6 +177,7 @@ def run_cluster_certs(args: argparse.Namespace) -> int:
 
 
 def _add_webhook_config(subparsers: Subparsers) -> None:
+    """The flags of `webhook-config`; long because it is one add_argument per flag."""
     parser = subparsers.add_parser(
         "webhook-config",
         help="print the webhook configurations and the safety-net policy YAML",
