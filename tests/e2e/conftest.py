@@ -205,8 +205,9 @@ def gpushare_webhook(
     """gpushare registered with the apiserver for the tests of one module.
 
     Applies what `gpushare webhook-config --ca <ca.crt> --url https://127.0.0.1:<port>
-    --policies <webhook_policies>` prints and waits (polling dry runs) until both webhooks
-    answer; afterwards deletes the configurations and waits until they are out of force, so
+    --policies <webhook_policies>` prints and waits (polling dry runs) until the mutating
+    webhook answers and the safety-net policy refuses a pod asking by hand; afterwards
+    deletes the configurations and the policy and waits until they are out of force, so
     other modules (which create shared-GPU pods by hand) never meet them. The server itself
     lives for the session.
     """
