@@ -8,16 +8,22 @@ alert expression must be a sample name of one of those scrapes, and ``rate``/``i
 must only see counters and histogram series. The structure of the PrometheusRule and of
 the Grafana dashboard is checked as Prometheus Operator and Grafana read them.
 
-No PromQL parser on PyPI is both maintained and pure Python, so ``promql_metric_names``
-is a tokenizer: it drops what cannot hold a metric name (strings, label matchers, ranges,
-``by``/``on`` label lists), then keeps identifiers that are not a function call, keyword
-or operator. Its own tests below cover the shapes the files use.
+The expressions are read by Prometheus's own PromQL parser (tests/promql, a small Go
+program on github.com/prometheus/prometheus/promql/parser, built once into
+~/.cache/gpushare-promql): each must parse as a Prometheus server would parse it, and the
+names checked are the parser's vector selectors, so nothing in a label matcher, a string,
+a ``by`` list or a function name is mistaken for a metric. PyPI has no PromQL parser.
+Series names of histograms are checked as the scrape shows them (``_bucket``, ``_sum``,
+``_count``), read with prometheus_client's own exposition parser.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -43,56 +49,63 @@ DASHBOARD = MONITORING / "gpushare-dashboard.json"
 RUNBOOKS = REPO / "docs" / "monitoring.md"
 FAKE_GPU_LAUNCHER = REPO / "tests" / "node" / "fake_gpu_launcher.py"
 
-# -- PromQL names ---------------------------------------------------------------------------
+# -- PromQL, read by Prometheus's own parser ---------------------------------------------------
 
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
-_MATCHERS = re.compile(r"\{[^{}]*\}")
-_RANGE = re.compile(r"\[[^\[\]]*\]")
-_LABEL_LIST = re.compile(
-    r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)", re.IGNORECASE
-)
-_OFFSET = re.compile(r"\boffset\s+-?[0-9a-z]+", re.IGNORECASE)
-_IDENTIFIER = re.compile(r"(?<![\w$.])([a-zA-Z_:][a-zA-Z0-9_:]*)(\s*\()?")
-_KEYWORDS = frozenset(
-    {"and", "or", "unless", "bool", "offset", "inf", "nan", "by", "without", "on", "ignoring"}
-    | {"group_left", "group_right", "atan2"}
-)
+PROMQL_SOURCE = REPO / "tests" / "promql"
+PROMQL_CACHE = Path(os.environ.get("GPUSHARE_PROMQL_CACHE", Path.home() / ".cache/gpushare-promql"))
+BUILD_TIMEOUT_S = 900  # a cold module cache downloads Prometheus's parser and its imports
+# Grafana's built-in intervals, replaced before parsing as Grafana does before querying.
+GRAFANA_INTERVALS = re.compile(r"\$__(rate_interval|interval|range)\b")
 
 
-def promql_metric_names(expression: str) -> set[str]:
-    """The metric names an expression selects (``name{...}`` or a bare ``name``)."""
-    text = _STRING.sub('""', expression)
-    text = _MATCHERS.sub(" ", text)
-    text = _RANGE.sub(" ", text)
-    text = _LABEL_LIST.sub(" ", text)
-    text = _OFFSET.sub(" ", text)
-    names = set()
-    for match in _IDENTIFIER.finditer(text):
-        name, called = match.group(1), match.group(2)
-        if called or name.lower() in _KEYWORDS:
-            continue  # a function or aggregation, or an operator keyword
-        names.add(name)
-    return names
+def promql_binary() -> Path:
+    """tests/promql built once per content hash, outside the repository."""
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    if not Path(go).exists():
+        pytest.skip("Go is not installed: tests/promql (Prometheus's PromQL parser) needs it")
+    version = subprocess.run([go, "version"], capture_output=True, check=True).stdout
+    digest = hashlib.sha256(version)
+    for path in sorted(PROMQL_SOURCE.iterdir()):
+        digest.update(path.name.encode() + path.read_bytes())
+    target = PROMQL_CACHE / digest.hexdigest()[:16] / "promql"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(".partial")
+        built = subprocess.run(
+            [go, "build", "-o", str(partial), "."], cwd=PROMQL_SOURCE, capture_output=True,
+            text=True, timeout=BUILD_TIMEOUT_S, check=False,
+        )  # fmt: skip
+        assert built.returncode == 0, f"go build tests/promql failed:\n{built.stderr}"
+        partial.replace(target)
+    return target
 
 
-@pytest.mark.parametrize(
-    ("expression", "names"),
-    [
-        ("up", {"up"}),
-        ('sum by (le) (rate(x_bucket{a="b{c}"}[5m]))', {"x_bucket"}),
-        ("histogram_quantile(0.99, sum by (endpoint, le) (rate(h_bucket[$__rate_interval])))",
-         {"h_bucket"}),
-        ('a_total{outcome="error"} / on (ns) group_left (pod) b', {"a_total", "b"}),
-        ("max_over_time(g[1h:5m] offset 1d) > 2 and bool c_total", {"g", "c_total"}),
-        ('count(m{l=~"sum(rate(fake_total[5m]))"}) - time() < 14 * 86400', {"m"}),
-        ("clamp_min(sum(increase(x_total[$__range])), 1e3)", {"x_total"}),
-        ('{__name__="only_matchers"}', set()),
-        ("absent(gpushare_policies_loaded)", {"gpushare_policies_loaded"}),
-        ("avg without (instance) (n:recorded:rate5m)", {"n:recorded:rate5m"}),
-    ],
-)  # fmt: skip
-def test_the_promql_tokenizer(expression: str, names: set[str]) -> None:
-    assert promql_metric_names(expression) == names
+def parse_promql(expressions: list[str]) -> list[dict[str, Any]]:
+    """Each expression's metric names, functions over its ranges, or its parse error."""
+    queries = [GRAFANA_INTERVALS.sub("5m", expression) for expression in expressions]
+    result = subprocess.run(
+        [str(promql_binary())], input=json.dumps(queries), capture_output=True, text=True,
+        timeout=60, check=True,
+    )  # fmt: skip
+    parsed: list[dict[str, Any]] = json.loads(result.stdout)
+    return parsed
+
+
+def test_the_parser_reads_names_as_prometheus_does() -> None:
+    cases = {
+        'sum by (le) (rate(x_bucket{a="b{c}"}[5m]))': ["x_bucket"],
+        'count(m{l=~"sum(rate(fake_total[5m]))"}) - time() < 14 * 86400': ["m"],
+        '{__name__="only_matchers"} offset 1d / on (ns) group_left (pod) b': [
+            "b",
+            "only_matchers",
+        ],
+        "max_over_time(g[1h:5m]) > bool 2": ["g"],
+    }
+    parsed = parse_promql([*cases, "sum(rate(x[5m])"])
+    assert [p.get("error") for p in parsed[:-1]] == [None] * len(cases)
+    assert [p["names"] for p in parsed[:-1]] == list(cases.values())
+    assert parsed[0]["rangedBy"] == {"x_bucket": ["rate"]}
+    assert "unclosed left parenthesis" in parsed[-1]["error"]
 
 
 # -- What the files use ---------------------------------------------------------------------
@@ -205,33 +218,55 @@ def exported(webhook_exposition: str, mps_exposition: str) -> dict[str, str]:
     return sample_types(webhook_exposition) | sample_types(mps_exposition)
 
 
+@pytest.fixture(scope="module")
+def parsed() -> dict[str, dict[str, Any]]:
+    """Every expression's parse, by where it comes from."""
+    found = expressions()
+    return dict(
+        zip([where for where, _ in found], parse_promql([e for _, e in found]), strict=True)
+    )
+
+
+def test_every_expression_parses(parsed: dict[str, dict[str, Any]]) -> None:
+    errors = {where: p["error"] for where, p in parsed.items() if p.get("error")}
+    assert errors == {}
+    # Each one selects at least one metric, so the check below sees all of them.
+    assert [where for where, p in parsed.items() if not p["names"]] == []
+
+
 @pytest.mark.server
 def test_every_metric_the_dashboard_and_alerts_use_is_exported(
-    exported: dict[str, str],
+    parsed: dict[str, dict[str, Any]], exported: dict[str, str]
 ) -> None:
+    used = {where: p["names"] for where, p in parsed.items()}
+    for variable in dashboard()["templating"]["list"]:
+        if variable["type"] == "query":  # Grafana's label_values(METRIC, LABEL), not PromQL
+            metric = re.fullmatch(r"label_values\((\w+),\s*\w+\)", variable["definition"])
+            assert metric, variable["definition"]
+            used[f"variable {variable['name']}"] = [metric.group(1)]
     missing = [
         f"{where}: {name}"
-        for where, expression in expressions()
-        for name in sorted(promql_metric_names(expression))
+        for where, names in used.items()
+        for name in names
         if name not in exported
     ]
     assert missing == [], f"not exported by the webhook or the MPS daemon: {missing}"
-    # The check sees every expression: each one names at least one metric.
-    assert all(promql_metric_names(expression) for _, expression in expressions())
 
 
-_RATE_OF = re.compile(r"\b(?:rate|irate|increase)\s*\(\s*([a-zA-Z_:][\w:]*)")
+RATE_FUNCTIONS = {"rate", "irate", "increase", "resets"}
 
 
 @pytest.mark.server
-def test_rates_are_taken_of_counters_and_histograms_only(exported: dict[str, str]) -> None:
-    wrong = []
-    for where, expression in expressions():
-        for match in re.finditer(
-            r"\b(?:rate|irate|increase)\s*\(\s*([a-zA-Z_:][\w:]*)", expression
-        ):
-            if exported.get(match.group(1)) not in ("counter", "histogram"):
-                wrong.append(f"{where}: {match.group(0)} ({exported.get(match.group(1))})")
+def test_rates_are_taken_of_counters_and_histograms_only(
+    parsed: dict[str, dict[str, Any]], exported: dict[str, str]
+) -> None:
+    wrong = [
+        f"{where}: {function}({name}) of a {exported.get(name)}"
+        for where, p in parsed.items()
+        for name, functions in p["rangedBy"].items()
+        for function in functions
+        if function in RATE_FUNCTIONS and exported.get(name) not in ("counter", "histogram")
+    ]
     assert wrong == []
 
 
@@ -349,15 +384,12 @@ ISSUE_TOPICS = {
 
 
 @pytest.mark.parametrize("topic", sorted(ISSUE_TOPICS))
-def test_each_topic_has_an_alert_and_a_panel(topic: str) -> None:
+def test_each_topic_has_an_alert_and_a_panel(topic: str, parsed: dict[str, dict[str, Any]]) -> None:
     metric = ISSUE_TOPICS[topic]
-    alerts = [r["alert"] for r in alert_rules() if metric in promql_metric_names(str(r["expr"]))]
-    panels = [
-        p["title"]
-        for p in dashboard_panels()
-        if any(metric in promql_metric_names(t["expr"]) for t in p["targets"])
-    ]
-    assert alerts and panels, (topic, alerts, panels)
+    users = [where for where, p in parsed.items() if metric in p["names"]]
+    alerts = [where for where in users if where.startswith("alert ")]
+    panels = [where for where in users if where.startswith("panel ")]
+    assert alerts and panels, (topic, users)
 
 
 # -- The dashboard ---------------------------------------------------------------------------
@@ -375,7 +407,7 @@ def test_the_dashboard_is_well_formed() -> None:
     for variable in variables.values():
         if variable["type"] == "query":
             assert variable["datasource"] == source, variable["name"]
-            assert promql_metric_names(variable["definition"].replace("label_values", "f"))
+            assert variable["query"]["query"] == variable["definition"], variable["name"]
 
     panels = dashboard_panels()
     ids = [panel["id"] for panel in board["panels"]]
