@@ -55,7 +55,12 @@ DesiredTemplates = Callable[[PolicySet, str], list[dict[str, Any]]]
 
 
 class TemplateApiError(Exception):
-    """A call to the Kubernetes API failed; the message names the call and the cause."""
+    """A call to the Kubernetes API failed; the message names the call and the cause, and
+    ``status`` is the HTTP status where the apiserver answered."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def template_digest(manifest: Mapping[str, Any]) -> str:
@@ -122,8 +127,14 @@ class TemplateApi:
         if len(data) > MAX_RESPONSE_BYTES:
             raise TemplateApiError(f"{what}: answer of {len(data)} bytes is over the bound")
         if not 200 <= response.status <= 299:
-            raise TemplateApiError(f"{what}: HTTP {response.status}: {_status_message(data)}")
-        result: dict[str, Any] = json.loads(data) if data else {}
+            message = f"{what}: HTTP {response.status}: {_status_message(data)}"
+            raise TemplateApiError(message, response.status)
+        try:
+            result = json.loads(data) if data else {}
+        except ValueError as exc:
+            raise TemplateApiError(f"{what}: the answer is not JSON: {exc}") from exc
+        if not isinstance(result, dict):
+            raise TemplateApiError(f"{what}: the answer is not a JSON object")
         return result
 
     def _list(self, path: str, query: list[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -168,7 +179,7 @@ class TemplateApi:
         try:
             self._call("DELETE", f"{TEMPLATES_PATH.format(namespace=namespace)}/{name}")
         except TemplateApiError as exc:
-            if "HTTP 404" not in str(exc):  # already gone is what we wanted
+            if exc.status != 404:  # already gone is what we wanted
                 raise
 
     def watch_namespaces(self, timeout_s: int) -> Iterator[tuple[str, str]]:
