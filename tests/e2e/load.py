@@ -597,7 +597,7 @@ def with_bundle(documents: Sequence[Mapping[str, Any]], bundle: bytes) -> list[d
     """Copies of webhook configurations whose every caBundle is `bundle` (PEM)."""
     copies = copy.deepcopy([dict(d) for d in documents])
     for document in copies:
-        for webhook in document["webhooks"]:
+        for webhook in document.get("webhooks", ()):
             webhook["clientConfig"]["caBundle"] = base64.b64encode(bundle).decode()
     return copies
 
