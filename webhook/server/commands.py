@@ -207,7 +207,8 @@ def _add_webhook_config(subparsers: Subparsers) -> None:
         choices=FAILURE_POLICIES,
         default="Fail",
         help="what the apiserver does with an annotated pod while the webhook cannot answer: "
-        "Fail refuses it, Ignore admits it unmutated (default Fail)",
+        "Fail refuses it, Ignore goes on unmutated (then the safety-net policy refuses it as "
+        "never mutated; without that policy it is admitted as written) (default Fail)",
     )
     parser.add_argument(
         "--timeout", type=int, default=DEFAULT_TIMEOUT_SECONDS, help="seconds, 1-30"
@@ -225,7 +226,7 @@ def _add_webhook_config(subparsers: Subparsers) -> None:
         type=Path,
         metavar="PATH",
         help="the policies the webhook serves: their shared resources and excluded namespaces "
-        "go into the configurations; " + POLICIES_HELP,
+        "go into the configurations, their facts into the safety-net policy; " + POLICIES_HELP,
     )
     parser.add_argument(
         "--validating-webhook",
