@@ -393,3 +393,32 @@ def test_example_policies_load(tmp_path: Path) -> None:
         policies = _policies(path)
         assert [p.name for p in policies.policies] == [name]
         assert with_policy_versions({}, path) == {}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("two", 'gpu-fraction-num-devices "two" is not a whole number above 0'),
+        ("2.5", 'gpu-fraction-num-devices "2.5" is not a whole number above 0'),
+        ("-1", 'gpu-fraction-num-devices "-1" is not a whole number above 0'),
+        ("٣", 'gpu-fraction-num-devices "٣" is not a whole number above 0'),  # not ASCII
+        ("9" * 40, 'gpu-fraction-num-devices "9999999999'),
+        ("2048", 'gpu-fraction-num-devices "2048" asks for more GPUs than any node has'),
+    ],
+)
+def test_num_devices_is_read_strictly(value: str, message: str) -> None:
+    annotations = {"gpu-fraction": "0.5", "gpu-fraction-num-devices": value}
+    decision = plan_pod(_pod(annotations), "default", _policy("kai"))
+    assert isinstance(decision, Denied) and decision.code == 422
+    assert decision.reasons[0].startswith(message)
+
+
+def test_num_devices_with_whole_gpus_is_refused() -> None:
+    annotations = {"gpu-fraction": "2", "gpu-fraction-num-devices": "2"}
+    decision = plan_pod(_pod(annotations), "default", _policy("hami"))
+    assert _denied(decision).startswith(
+        'gpu-fraction-num-devices "2" gives a share on several GPUs, but gpu-fraction asks '
+        "for whole GPUs"
+    )
+    one = {"gpu-fraction": "2", "gpu-fraction-num-devices": "1"}
+    assert isinstance(plan_pod(_pod(one), "default", _policy("hami")), Planned)
