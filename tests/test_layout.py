@@ -43,9 +43,11 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
         "webhook.server",
         "webhook.node",
         "webhook.dra",
+        "webhook.compile",
     },
     # `gpushare dra-templates`: the core's templates, applied with the server's policy store.
     "webhook.dra": {"webhook.core", "webhook.constants", "webhook.errors", "webhook.server"},
+    "webhook.compile": {"webhook.core", "webhook.constants", "webhook.errors"},
     # `gpushare policy check`: the core's set checks and the node side's pool clashes.
     "webhook.policy_check": {"webhook.core", "webhook.constants", "webhook.errors", "webhook.node"},
     # `gpushare plan`: workloads read as mutate reads them, decided by the core, packed.

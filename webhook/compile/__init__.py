@@ -29,7 +29,7 @@ from webhook.constants import (
     OPT_OUT_VALUE,
     REQUEST_ANNOTATIONS,
 )
-from webhook.core.policy.model import PolicySet
+from webhook.core import PolicySet
 
 __all__ = ["CompileRefusedError", "Refusal", "compile_policies", "notes", "object_name"]
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from webhook.compile import cel
 from webhook.compile.plan import DENIAL_ANNOTATION, PlanCel, V, node_memory_expression, s
+from webhook.compile.pod_cel import API_VERSION, match_constraints, policy_labels
 from webhook.compile.selection import governs
 from webhook.constants import (
     APPLIED_ANNOTATION,
@@ -30,11 +31,16 @@ from webhook.constants import (
     MPS_PIPE_DIRECTORY_VAR,
     MPS_THREAD_PERCENTAGE_VAR,
 )
-from webhook.core.frameworks import JAX_FRACTION_VAR, JAX_PREALLOCATE_VAR, TF_GROWTH_VAR
-from webhook.core.modes.mps_daemon import PIPE_VOLUME
-from webhook.core.policy.model import Mode, Policy, PolicySet
+from webhook.core import (
+    JAX_FRACTION,
+    JAX_PREALLOCATE,
+    PIPE_VOLUME,
+    TF_GROWTH,
+    Mode,
+    Policy,
+    PolicySet,
+)
 
-API_VERSION = "admissionregistration.k8s.io/v1"
 _AFFINITY = "/spec/affinity"
 _NODE_AFFINITY = f"{_AFFINITY}/nodeAffinity"
 _REQUIRED = f"{_NODE_AFFINITY}/requiredDuringSchedulingIgnoredDuringExecution"
@@ -145,13 +151,13 @@ class MutatingPolicy:
                 pipe = s(policy.mps_daemon.pipe_directory)
                 settings.append((MPS_PIPE_DIRECTORY_VAR, pipe, True, "true"))
         knobs = f"!({V}jf && {V}sh <= 0)"
-        settings.append((TF_GROWTH_VAR, "'true'", False, f"{knobs} && {V}tfin"))
+        settings.append((TF_GROWTH.name, "'true'", False, f"{knobs} && {V}tfin"))
         share = cel.format_ten_thousandths(f"({V}sh * 10)")
-        settings.append((JAX_FRACTION_VAR, share, False, f"{knobs} && {V}jfin"))
+        settings.append((JAX_FRACTION.name, share, False, f"{knobs} && {V}jfin"))
         preallocate = policy.frameworks.jax.preallocate
         if preallocate is not None:
             settings.append(
-                (JAX_PREALLOCATE_VAR, s(str(preallocate).lower()), False, f"{knobs} && {V}jpin")
+                (JAX_PREALLOCATE.name, s(str(preallocate).lower()), False, f"{knobs} && {V}jpin")
             )
         return settings
 
@@ -357,7 +363,7 @@ class MutatingPolicy:
         ]
         spec = {
             "paramKind": None,
-            "matchConstraints": _match_constraints(),
+            "matchConstraints": match_constraints(),
             "matchConditions": conditions,
             "failurePolicy": "Fail",
             "reinvocationPolicy": "IfNeeded",
@@ -370,34 +376,16 @@ class MutatingPolicy:
             {
                 "apiVersion": API_VERSION,
                 "kind": "MutatingAdmissionPolicy",
-                "metadata": {"name": self.name, "labels": _labels(policy)},
+                "metadata": {"name": self.name, "labels": policy_labels(policy)},
                 "spec": spec,
             },
             {
                 "apiVersion": API_VERSION,
                 "kind": "MutatingAdmissionPolicyBinding",
-                "metadata": {"name": self.name, "labels": _labels(policy)},
+                "metadata": {"name": self.name, "labels": policy_labels(policy)},
                 "spec": {
                     "policyName": self.name,
                     "matchResources": {"namespaceSelector": namespace_selector},
                 },
             },
         ]
-
-
-def _match_constraints() -> dict[str, Any]:
-    return {
-        "resourceRules": [
-            {
-                "apiGroups": [""],
-                "apiVersions": ["v1"],
-                "operations": ["CREATE"],
-                "resources": ["pods"],
-            }
-        ],
-        "matchPolicy": "Equivalent",
-    }
-
-
-def _labels(policy: Policy) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "gpushare", "gpushare.io/policy": policy.name}

@@ -12,8 +12,15 @@ from dataclasses import dataclass
 
 from webhook.compile.cel import glob_regex
 from webhook.constants import MPS_LIMIT_VARS, MPS_PIPE_DIRECTORY_VAR
-from webhook.core.framework_images import JAX_FRACTION, JAX_PREALLOCATE, TF_GROWTH
-from webhook.core.policy.model import Mode, Policy, PolicySet, ServerMemory
+from webhook.core import (
+    JAX_FRACTION,
+    JAX_PREALLOCATE,
+    TF_GROWTH,
+    Mode,
+    Policy,
+    PolicySet,
+    ServerMemory,
+)
 from webhook.errors import GpushareError
 
 # The sharing modes the compiler knows; any other (a scheme added to the webhook later) is

@@ -13,7 +13,7 @@ left to evaluate: the namespace is ``request.namespace``, the labels ``object.me
 from __future__ import annotations
 
 from webhook.compile import cel
-from webhook.core.policy.model import Policy, PolicySet
+from webhook.core import Policy, PolicySet
 
 NAMESPACE = "request.namespace"
 

@@ -18,11 +18,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.compile.mutating import API_VERSION, _labels, _match_constraints
-from webhook.compile.plan import DENIAL_ANNOTATION, s
+from webhook.compile.pod_cel import (
+    API_VERSION,
+    DENIAL_ANNOTATION,
+    match_constraints,
+    policy_labels,
+    s,
+)
 from webhook.compile.selection import governs
 from webhook.constants import FRACTION_ANNOTATION, REQUEST_ANNOTATIONS
-from webhook.core.policy.model import DirectRequests, Policy, PolicySet
+from webhook.core import DirectRequests, Policy, PolicySet
 
 DENIALS_NAME = "gpushare-denials"
 
@@ -56,7 +61,7 @@ def denials(namespace_selector: dict[str, Any]) -> list[dict[str, Any]]:
         "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": DENIALS_NAME, "labels": labels},
         "spec": {
-            "matchConstraints": _match_constraints(),
+            "matchConstraints": match_constraints(),
             "matchConditions": [
                 {
                     "name": "refused-by-gpushare",
@@ -110,14 +115,14 @@ def direct_requests(
         f'not allow: remove it and annotate the pod with {FRACTION_ANNOTATION}: "0.5" '
         "(or the share you need) instead."
     )
-    labels = _labels(policy)
+    labels = policy_labels(policy)
     return [
         {
             "apiVersion": API_VERSION,
             "kind": "ValidatingAdmissionPolicy",
             "metadata": {"name": name, "labels": labels},
             "spec": {
-                "matchConstraints": _match_constraints(),
+                "matchConstraints": match_constraints(),
                 "matchConditions": [
                     {
                         "name": "asks-by-hand",

@@ -13,11 +13,26 @@ the names below; the modules behind them are free to change.
     verdict      mutate / validate: the webhooks' answers
     workloads    pod templates (Deployment, Job, CronJob, ...) checked as the pods they make
     modes.dra.namespace_templates   the dra mode's ResourceClaimTemplates for a namespace
+    knobs, images, request limits, PIPE_VOLUME, format_fraction: what the policy compiler
+                 (webhook.compile) reads to say in CEL what the core decides
 """
 
+from webhook.core.framework_images import (
+    DEFAULT_IMAGES,
+    JAX,
+    JAX_FRACTION,
+    JAX_PREALLOCATE,
+    TENSORFLOW,
+    TF_GROWTH,
+    Knob,
+    image_version,
+    parse_version,
+)
+from webhook.core.frameworks import JAX_NEW_FRACTION_VAR
 from webhook.core.modes import mode_changes, whole_gpu_changes
 from webhook.core.modes.dra import namespace_templates
-from webhook.core.placement import Placement
+from webhook.core.modes.mps_daemon import PIPE_VOLUME
+from webhook.core.placement import Placement, format_fraction
 from webhook.core.planning import Decision, Denied, Planned, Untouched
 from webhook.core.policy.loader import (
     default_policies_path,
@@ -26,10 +41,20 @@ from webhook.core.policy.loader import (
     load_policy_texts,
     read_policy_files,
 )
-from webhook.core.policy.model import Allocation, DirectRequests, Mode, Policy, PolicySet, Pool
+from webhook.core.policy.model import (
+    Allocation,
+    DirectRequests,
+    FrameworkImages,
+    Mode,
+    Policy,
+    PolicySet,
+    Pool,
+    ServerMemory,
+)
 from webhook.core.policy.schema import document_schema
 from webhook.core.policy.schemes import KAI_SCHEDULER
 from webhook.core.policy.set_checks import SetFinding, Severity, check_policy_set, finding_lines
+from webhook.core.request import MAX_VALUE_LENGTH, MAX_WHOLE_GPUS
 from webhook.core.verdict import Verdict, mutate, mutated_pod, validate
 from webhook.core.workloads import (
     WORKLOAD_KINDS,
@@ -43,18 +68,31 @@ from webhook.core.workloads import (
 )
 
 __all__ = [
+    "DEFAULT_IMAGES",
+    "JAX",
+    "JAX_FRACTION",
+    "JAX_NEW_FRACTION_VAR",
+    "JAX_PREALLOCATE",
     "KAI_SCHEDULER",
+    "MAX_VALUE_LENGTH",
+    "MAX_WHOLE_GPUS",
+    "PIPE_VOLUME",
+    "TENSORFLOW",
+    "TF_GROWTH",
     "WORKLOAD_KINDS",
     "Allocation",
     "Decision",
     "Denied",
     "DirectRequests",
+    "FrameworkImages",
+    "Knob",
     "Mode",
     "Placement",
     "Planned",
     "Policy",
     "PolicySet",
     "Pool",
+    "ServerMemory",
     "SetFinding",
     "Severity",
     "TemplateVerdict",
@@ -67,6 +105,8 @@ __all__ = [
     "default_policies_path",
     "document_schema",
     "finding_lines",
+    "format_fraction",
+    "image_version",
     "load_policies",
     "load_policy_text",
     "load_policy_texts",
@@ -74,6 +114,7 @@ __all__ = [
     "mutate",
     "mutated_pod",
     "namespace_templates",
+    "parse_version",
     "pod_template",
     "read_policy_files",
     "template_changed",
