@@ -153,7 +153,9 @@ def test_the_kustomizations_reach_every_file_under_deploy(control_plane: Control
     present = {
         p.resolve()
         for p in DEPLOY.rglob("*")
-        if p.is_file() and p.name != ".gitignore" and p.parent.name != "__pycache__"
+        if p.is_file()
+        and p.name != ".gitignore"
+        and p.parent.name != "__pycache__"
         # The Helm chart is no kustomization: tests/test_helm_render.py renders every file.
         and HELM_CHART not in p.parents
     }
