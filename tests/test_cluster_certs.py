@@ -13,7 +13,7 @@ from webhook.install.certs import (
     issue_serving_certificate,
     private_key_pem,
 )
-from webhook.install.cluster_certs import (
+from webhook.install.cluster_cert_checks import (
     bundle_after,
     ca_bundle_patch,
     new_certificates,
