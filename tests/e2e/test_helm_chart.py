@@ -367,6 +367,21 @@ def test_helm_install_certgen_and_the_webhook_answering_through_the_chart(
         assert create_pod(plane.api, namespace, annotated_pod("second")).pod["metadata"][
             "annotations"
         ][APPLIED_ANNOTATION]
+
+        # 6. A certificate inside the renewal window is replaced (a new CA), and caBundle
+        # carries the new CA and the old one: the replica still serving the old certificate
+        # (the kubelet refreshes a mounted Secret only after a while) keeps answering.
+        renew = [*certgen_command(rendered, f"{RELEASE}-certgen-create"), "--days=800"]
+        renew.append("--renew-before-days=400")  # the 365-day certificate is inside
+        renewed = run_certgen(renew, as_certgen)
+        assert renewed.returncode == 0, renewed.stderr
+        assert "expires" in renewed.stdout and "within the renewal window" in renewed.stdout
+        assert f"patched caBundle of MutatingWebhookConfiguration {RELEASE}" in renewed.stdout
+        new_ca = core.read_namespaced_secret(f"{RELEASE}-tls", NAMESPACE).data["ca.crt"]
+        assert new_ca != ca_b64
+        both = base64.b64encode(base64.b64decode(new_ca) + base64.b64decode(ca_b64)).decode()
+        assert ca_bundles(plane) == {"Mutating": {both}, "Validating": {both}}
+        wait_until("the old certificate trusted through the rotation", mutated)
     finally:
         server.stop()
 
