@@ -30,6 +30,9 @@ HELM_ONLY_LABELS = {
     "helm.sh/chart",
 }
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+# The suite's 300 s bound each test's body only: a cold Helm build in the fixture takes
+# minutes (scripts/test builds it beforehand; the build has its own deadline).
+pytestmark = pytest.mark.timeout(300, func_only=True)
 
 
 @pytest.fixture(scope="module")
