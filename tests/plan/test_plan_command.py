@@ -33,36 +33,25 @@ def test_table(policy_dir: Path, mix_csv: Path, capsys: pytest.CaptureFixture[st
 def test_json_and_pictures(
     policy_dir: Path, mix_csv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    chart, packing = tmp_path / "chart.svg", tmp_path / "packing.png"
+    out = tmp_path / "pictures"
     argv = [
-        "plan",
-        "--csv",
-        str(mix_csv),
-        "--policies",
-        str(policy_dir),
-        "-o",
-        "json",
-        "--chart",
-        str(chart),
-        "--packing",
-        str(packing),
-        "--packing-scheme",
-        "ml-mps",
-        "--policy",
-        "default",
-        "--policy",
-        "ml-mps",
-    ]
-    code, out, _ = run(argv, capsys)
+        "plan", "--csv", str(mix_csv), "--policies", str(policy_dir), "-o", "json",
+        "--out", str(out), "--packing-scheme", "ml-mps",
+        "--policy", "default", "--policy", "ml-mps",
+    ]  # fmt: skip
+    code, stdout, stderr = run(argv, capsys)
     assert code == 0
-    report = json.loads(out)
+    report = json.loads(stdout)
     assert report["kind"] == "PlanReport"
     assert [s["scheme"] for s in report["schemes"]] == ["default", "ml-mps"]
     default = report["schemes"][0]
     assert default["gpus"] == default["lowerBoundGpus"]
     quarter = next(p for p in default["pools"] if p["pool"] == "default/ts-quarter")
     assert quarter["bins"][0] == [{"workload": "infer", "pods": 4}]
-    assert chart.read_text().startswith("<?xml") and packing.stat().st_size > 0
+    names = ["plan-chart.png", "plan-packing.png", "plan-chart.svg", "plan-packing.svg"]
+    assert stderr.splitlines() == [f"wrote {out / name}" for name in names]
+    assert (out / "plan-chart.svg").read_text().startswith("<?xml")
+    assert "ml-mps: 10 GPUs" in (out / "plan-packing.svg").read_text()
 
 
 def test_html_page(policy_dir: Path, mix_csv: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -28,10 +28,12 @@ def test_readme_plan_example_is_current(
         else:
             command_lines.append(line.removeprefix("$ "))
     argv = shlex.split(" ".join(line.rstrip("\\") for line in command_lines))[1:]
-    for flag in ("--chart", "--packing"):
-        argv[argv.index(flag) + 1] = str(tmp_path / Path(argv[argv.index(flag) + 1]).name)
+    assert argv[argv.index("--out") + 1] == "docs/images"
+    argv[argv.index("--out") + 1] = str(tmp_path)
     monkeypatch.chdir(REPO)
     assert main(argv) == 0
     table = capsys.readouterr().out.split("\n\n")[0]
     assert table.splitlines() == printed
-    assert (tmp_path / "plan-chart.png").stat().st_size > 0
+    for name in ("plan-chart.png", "plan-packing.png"):  # the README shows these
+        assert (tmp_path / name).stat().st_size > 0
+        assert (REPO / "docs/images" / name).is_file()

@@ -2,7 +2,7 @@
 
 Reads one input (manifests, a live cluster, or a CSV table), decides every workload under
 each scheme with the core (``schemes``), packs the admitted pods per pool (``outcome``)
-and prints a table, JSON or HTML; ``--chart`` and ``--packing`` write the pictures.
+and prints a table, JSON or HTML; ``--out DIR`` writes the pictures there.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def read_input(args: argparse.Namespace, policies: PolicySet) -> list[Workload]:
         from webhook.plan.cluster_input import read_cluster
 
         return read_cluster(
-            args.kubeconfig,
+            str(args.kubeconfig) if args.kubeconfig else None,
             args.context,
             args.namespace,
             args.selector,
@@ -79,14 +79,11 @@ def run(args: argparse.Namespace) -> int:
     workloads = read_input(args, policies)
     results = plan(workloads, policies, names=args.policy or (), gpus_per_node=args.gpus_per_node)
     shown = _packing_scheme(results, args.packing_scheme)
-    if args.chart:
-        from webhook.plan.pictures import bar_chart
+    if args.out:
+        from webhook.plan.pictures import write_pictures
 
-        bar_chart(results, Path(args.chart))
-    if args.packing:
-        from webhook.plan.pictures import packing_picture
-
-        packing_picture(shown, Path(args.packing))
+        for path in write_pictures(results, shown, args.out):
+            print(f"wrote {path}", file=sys.stderr)
     if args.output == "json":
         print(json.dumps(as_json(results), indent=2))
     elif args.output == "html":
@@ -125,6 +122,7 @@ def _input_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--kubeconfig",
+        type=Path,
         metavar="FILE",
         help="with --cluster: the kubeconfig (default: $KUBECONFIG, ~/.kube/config)",
     )
@@ -156,7 +154,8 @@ def add_plan_command(commands: Any) -> None:
         metavar="PATH",
         type=Path,
         default=None,
-        help="policy file or directory (default as for gpushare mutate)",
+        help="policy file or directory (default: $GPUSHARE_POLICIES, ./policies, "
+        "the checkout's policies/, /etc/gpushare/policies)",
     )
     parser.add_argument(
         "--policy",
@@ -181,14 +180,11 @@ def add_plan_command(commands: Any) -> None:
         help="table (default), json for tools, or html: one page with the pictures inline",
     )
     parser.add_argument(
-        "--chart",
-        metavar="FILE",
-        help="write the bar chart of GPUs needed per scheme (.png or .svg)",
-    )
-    parser.add_argument(
-        "--packing",
-        metavar="FILE",
-        help="write the packing picture: which pods share which GPU (.png or .svg)",
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="write the pictures into DIR (made if missing): plan-chart.png/.svg, GPUs "
+        "needed per scheme, and plan-packing.png/.svg, which pods share which GPU",
     )
     parser.add_argument(
         "--packing-scheme",

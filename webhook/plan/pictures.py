@@ -163,3 +163,20 @@ def packing_picture(result: SchemeOutcome, path: Path) -> None:
         figure.tight_layout()
         _save(figure, path)
         plt.close(figure)
+
+
+def write_pictures(
+    results: Sequence[SchemeOutcome], packing: SchemeOutcome, directory: Path
+) -> list[Path]:
+    """Both pictures, PNG and SVG, into ``directory``: the files written."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise GpushareError(f"--out {directory}: cannot make it: {error.strerror}") from error
+    written = []
+    for suffix in SUFFIXES:
+        chart, picture = directory / f"plan-chart{suffix}", directory / f"plan-packing{suffix}"
+        bar_chart(results, chart)
+        packing_picture(packing, picture)
+        written += [chart, picture]
+    return written
