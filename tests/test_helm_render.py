@@ -294,7 +294,7 @@ def test_mps_daemon_in_its_privileged_namespace(helm: Path, helm_home: Path) -> 
     assert terms[0]["matchExpressions"][0]["values"] == ["l4-mps"]
     # The policies follow the daemon into its namespace (no cross-namespace mounts).
     webhook_policies = find(docs, "ConfigMap", "gpushare-policies")["data"]
-    assert find(docs, "ConfigMap", "gpushare-mps-daemon-policies")["data"] == webhook_policies
+    assert find(docs, "ConfigMap", "gpushare-mps-policies")["data"] == webhook_policies
     assert not [d for d in render(helm, helm_home) if d["kind"] == "DaemonSet"]
 
 

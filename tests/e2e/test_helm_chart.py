@@ -438,3 +438,51 @@ def test_the_kustomize_overlay_and_the_chart_render_the_same_objects(
     for key in chart:
         if key[0] in admission:  # the same filters, wherever they sit
             assert chart[key]["metadata"]["labels"] == kustomized[key]["metadata"]["labels"]
+
+
+def test_the_mps_daemon_kustomization_and_the_chart_render_the_same_objects(
+    helm: Path, plane: ControlPlane, tmp_path: Path
+) -> None:
+    """deploy/mps-daemon (with its network-policy component) against the chart with the MPS
+    daemon on, the same policy file and image: equal but for two deliberate differences,
+    rewritten here: the chart's policies ConfigMap has a stable name (kustomize adds a hash
+    suffix) and the chart states imagePullPolicy."""
+    kustomized = normalised(
+        documents(plane.kubectl("kustomize", str(REPO / "deploy/mps-daemon")).stdout)
+    )
+    policy = REPO / "deploy/mps-daemon/policies/mps-daemon.yaml"
+    sets = (
+        "mpsDaemon.enabled=true",
+        "mpsDaemon.deviceConfigs={l4-mps}",
+        "image.repository=gpushare",
+        "safetyNet.enabled=false",  # the webhook's half is not compared here
+        "webhook.validatingWebhook=pods",
+    )
+    rendered = run_helm(
+        helm,
+        *template_args(RELEASE, NAMESPACE, sets=sets),
+        "--set-file",
+        f"policies.files.mps-daemon\\.yaml={policy}",
+        home=tmp_path,
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    chart = {
+        key: doc
+        for key, doc in normalised(documents(rendered.stdout)).items()
+        if doc["metadata"].get("namespace") == "gpushare-mps"
+        or key in {("Namespace", "gpushare-mps")}
+        or key[1] == "gpushare-mps-daemon"
+    }
+    (hashed,) = [key for key in kustomized if key[0] == "ConfigMap"]
+    assert hashed[1].startswith("gpushare-mps-policies-")
+    configmap = kustomized.pop(hashed)
+    configmap["metadata"]["name"] = "gpushare-mps-policies"
+    kustomized[("ConfigMap", "gpushare-mps-policies")] = configmap
+    pod = kustomized[("DaemonSet", "gpushare-mps-daemon")]["spec"]["template"]["spec"]
+    for volume in pod["volumes"]:
+        if volume.get("configMap", {}).get("name") == hashed[1]:
+            volume["configMap"]["name"] = "gpushare-mps-policies"
+    pod["containers"][0]["imagePullPolicy"] = "IfNotPresent"
+    assert set(chart) == set(kustomized)
+    different = [key for key in chart if chart[key] != kustomized[key]]
+    assert not different, {key: (kustomized[key], chart[key]) for key in different}

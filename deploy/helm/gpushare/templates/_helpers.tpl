@@ -64,3 +64,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/* Labels on the MPS daemon's objects: as deploy/mps-daemon (part-of) plus Helm's; the
+name label stays with the webhook's objects. */}}
+{{- define "gpushare.mpsLabels" -}}
+app.kubernetes.io/part-of: gpushare
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
