@@ -214,6 +214,8 @@ def _whole_gpus(draft: PlanDraft, request: GpuRequest) -> dict[str, Any]:
 
 def _pod_changes(draft: PlanDraft, changes: ModeChanges) -> None:
     """The pod-level part of a mode's changes: scheduler, labels, annotations."""
+    if changes.scheduler_name is None and not changes.labels and not changes.annotations:
+        return  # the device plugin's modes: nothing at pod level (the hot path)
     set_scheduler_name(draft, changes.scheduler_name)
     set_labels(draft, changes.labels)
     set_annotations(draft, changes.annotations)
