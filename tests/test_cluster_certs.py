@@ -120,3 +120,29 @@ def test_trusts_reads_hostile_bundles_as_untrusted() -> None:
     assert not trusts(base64.b64encode(b"-----BEGIN CERTIFICATE-----\nxx").decode(), ca)
     assert not trusts(base64.b64encode(b"A" * (70 * 1024)).decode(), ca)
     assert trusts(base64.b64encode(certificate_pem(ca)).decode(), ca)
+
+
+def test_the_command_line_refuses_what_cannot_work() -> None:
+    from harness.cli import gpushare
+
+    base = ("certs", "--service", "gpushare", "--namespace", "gpushare-system")
+    neither = gpushare(*base, check=False)
+    assert neither.returncode == 2
+    assert "pass --out DIR to write files, or --in-cluster --secret NAME." in neither.stderr
+    no_secret = gpushare(*base, "--in-cluster", check=False)
+    assert no_secret.returncode == 2
+    assert "--in-cluster needs --secret NAME and takes neither --out nor --ip" in no_secret.stderr
+    window = gpushare(
+        *base, "--in-cluster", "--secret", "s", "--days", "30", "--renew-before-days", "30",
+        check=False,
+    )  # fmt: skip
+    assert window.returncode == 2
+    assert "--renew-before-days 30 must be below --days 30, or every run would renew" in (
+        window.stderr
+    )
+    unreachable = gpushare(
+        *base, "--in-cluster", "--secret", "s", "--kubeconfig", "/nonexistent/kubeconfig",
+        check=False,
+    )  # fmt: skip
+    assert unreachable.returncode == 1
+    assert "Cannot reach the Kubernetes API" in unreachable.stderr
