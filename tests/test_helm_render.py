@@ -306,7 +306,7 @@ def test_device_plugin_configs_from_the_generator(
         "device-plugin-config",
         "--policies",
         str(REPO / "policies/examples/mps-daemon.yaml"),
-        "--format",
+        "-o",
         "helm-values",
         "--out",
         str(values),

@@ -392,7 +392,7 @@ def test_a_pool_config_named_default_must_be_meant(tmp_path: Path) -> None:
 
 
 def test_helm_values_format(policy_dir: Path) -> None:
-    result = run_cli("--policies", str(policy_dir), "--format", "helm-values", "--name", "dp")
+    result = run_cli("--policies", str(policy_dir), "-o", "helm-values", "--name", "dp")
     values = yaml.safe_load(result.stdout)["devicePluginConfig"]
     configmap = yaml.safe_load(run_cli("--policies", str(policy_dir), "--name", "dp").stdout)
     assert values == {

@@ -332,7 +332,8 @@ def _add_device_plugin_config(
         "config name",
     )
     parser.add_argument(
-        "--format",
+        "-o",
+        "--output",
         choices=("configmap", "helm-values"),
         default="configmap",
         help="configmap (kubectl apply), or helm-values: devicePluginConfig values for "
@@ -365,7 +366,7 @@ def run_device_plugin_config(args: argparse.Namespace) -> int:
     except DevicePluginConfigError as exc:
         print(f"gpushare device-plugin-config: {exc.problems[0]}", file=sys.stderr)
         return EXIT_USAGE_DEFAULT
-    if args.format == "helm-values":
+    if args.output == "helm-values":
         document = helm_values(document)
     text = render(document)
     if args.out is not None:
