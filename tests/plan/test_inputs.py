@@ -174,3 +174,19 @@ def test_cluster_pods_group_by_controller_and_skip_finished_ones() -> None:
         ("ReplicaSet/team/web-1", 3),
         ("Pod/team/d", 1),
     ]
+
+
+def test_daemonsets_and_pods_without_api_version(tmp_path: Path) -> None:
+    (tmp_path / "ds.yaml").write_text(
+        "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: agent}\nspec:\n  template:\n"
+        "    metadata: {annotations: {gpu-fraction: '0.1'}}\n"
+        "    spec: {containers: [{name: main, image: agent}]}\n---\n"
+        "kind: Pod\nmetadata: {name: bare, annotations: {gpu-fraction: '0.5'}}\n"
+        "spec: {containers: [{name: main, image: trainer}]}\n"
+    )
+    daemonset, pod = read_workloads([str(tmp_path)])
+    assert (daemonset.count, daemonset.note) == (
+        1,
+        "DaemonSet/default/agent runs one pod on each node it selects; counted as one pod",
+    )
+    assert (pod.name, pod.count, pod.note) == ("Pod/default/bare", 1, "")

@@ -77,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
         raise GpushareError(f"--gpus-per-node {args.gpus_per_node}: give 1 or more")
     policies = load_policies(args.policies or default_policies_path())
     workloads = read_input(args, policies)
+    for note in dict.fromkeys(w.note for w in workloads if w.note):
+        print(f"note: {note}", file=sys.stderr)
     results = plan(workloads, policies, names=args.policy or (), gpus_per_node=args.gpus_per_node)
     shown = _packing_scheme(results, args.packing_scheme)
     if args.out:

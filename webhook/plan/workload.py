@@ -26,6 +26,7 @@ class Workload:
     count: int  # pods it runs at once
     source: str  # file:line, csv:line, or cluster
     kind: WorkloadKind | None = None
+    note: str = ""  # what the count could not know (a DaemonSet's nodes), said once
 
     @functools.cached_property
     def same_pods_key(self) -> bytes:
