@@ -48,7 +48,7 @@ def test_the_tree_holds_every_command() -> None:
             for name in (
                 "mutate", "explain", "policy", "policy check", "policy schema", "serve",
                 "certs", "webhook-config", "mps-daemon", "device-plugin-config",
-                "dra-templates", "plan",
+                "dra-templates", "plan", "compile",
             )
         ),
     }  # fmt: skip
@@ -89,7 +89,7 @@ def test_policies_flag_reads_the_same_default_everywhere_but_the_node_daemon() -
     assert set(helps) == {
         "gpushare mutate", "gpushare explain", "gpushare serve", "gpushare webhook-config",
         "gpushare mps-daemon", "gpushare device-plugin-config", "gpushare dra-templates",
-        "gpushare plan",
+        "gpushare plan", "gpushare compile",
     }  # fmt: skip
     for prog, text in helps.items():
         if prog != "gpushare mps-daemon":  # a DaemonSet passes it (env GPUSHARE_POLICIES)
@@ -176,6 +176,7 @@ def command_lines(policies: Path, pod: Path, tmp_path: Path) -> dict[str, list[s
         "mps-daemon": ["mps-daemon", "--policies", p, "--node-name", "n"],
         "dra-templates": ["dra-templates", "--policies", p, "-n", "team-a"],
         "plan": ["plan", "-f", str(pod), "--policies", p],
+        "compile": ["compile", "--policies", p],
     }
 
 
@@ -183,7 +184,7 @@ def command_lines(policies: Path, pod: Path, tmp_path: Path) -> dict[str, list[s
     "command",
     [
         "policy check", "mutate", "explain", "serve", "webhook-config", "device-plugin-config",
-        "mps-daemon", "dra-templates", "plan",
+        "mps-daemon", "dra-templates", "plan", "compile",
     ],
 )  # fmt: skip
 def test_invalid_policies_exit_2_in_every_command(

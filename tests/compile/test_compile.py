@@ -145,6 +145,6 @@ def test_cli_refusal_exits_2_naming_the_field(tmp_path: Path) -> None:
 
 def test_cli_writes_to_a_file(tmp_path: Path) -> None:
     target = tmp_path / "compiled.yaml"
-    code, out, _ = _run("compile", "--policies", str(DEFAULT), "-o", str(target))
+    code, out, _ = _run("compile", "--policies", str(DEFAULT), "--out", str(target))
     assert code == 0 and out == ""
     assert len(list(yaml.safe_load_all(target.read_text()))) == 6

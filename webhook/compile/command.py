@@ -27,10 +27,10 @@ def run_compile(args: argparse.Namespace) -> int:
     policies = load_policies(args.policies or default_policies_path())
     documents = compile_policies(policies)
     text = yaml.safe_dump_all(documents, sort_keys=False, width=1 << 20)
-    if args.output is None:
+    if args.out is None:
         sys.stdout.write(text)
     else:
-        args.output.write_text(text, encoding="utf-8")
+        args.out.write_text(text, encoding="utf-8")
     for note in notes(policies):
         print(f"note: {note}", file=sys.stderr)
     return 0
@@ -48,9 +48,10 @@ def add_compile_command(commands: Any) -> None:
         metavar="PATH",
         type=Path,
         default=None,
-        help="policy file or directory (default: as gpushare serve finds them)",
+        help="policy file or directory (default: $GPUSHARE_POLICIES, ./policies, "
+        "the checkout's policies/, /etc/gpushare/policies)",
     )
     parser.add_argument(
-        "-o", "--output", metavar="FILE", type=Path, default=None, help="write here, not stdout"
+        "--out", metavar="FILE", type=Path, default=None, help="write here, not to stdout"
     )
     parser.set_defaults(func=run_compile)
