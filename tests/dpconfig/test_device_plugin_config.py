@@ -381,7 +381,9 @@ def test_a_default_the_nodes_cannot_serve_is_refused(policy_dir: Path) -> None:
 
 def test_a_pool_config_named_default_must_be_meant(tmp_path: Path) -> None:
     first = EXTRA_POLICIES.split("---\n", maxsplit=1)[0]
-    (tmp_path / "p.yaml").write_text(first.replace("config: t4-three-way", "config: default"))
+    named = first.replace("PluginConfig: t4-three-way", "PluginConfig: default")
+    assert named != first
+    (tmp_path / "p.yaml").write_text(named)
     refused = run_cli("--policies", str(tmp_path / "p.yaml"))
     assert refused.returncode == 2
     assert "pass --default default to mean it" in refused.stderr
