@@ -29,9 +29,7 @@ from webhook.core.framework_images import (
     parse_version,
 )
 from webhook.core.frameworks import JAX_NEW_FRACTION_VAR
-from webhook.core.modes import mode_changes, whole_gpu_changes
-from webhook.core.modes.dra import namespace_templates
-from webhook.core.modes.mps_daemon import PIPE_VOLUME
+from webhook.core.modes import PIPE_VOLUME, mode_changes, namespace_templates, whole_gpu_changes
 from webhook.core.placement import Placement, format_fraction
 from webhook.core.planning import Decision, Denied, Planned, Untouched
 from webhook.core.policy.loader import (

@@ -12,11 +12,11 @@ from webhook.core.modes.base import (
     ModeProfile,
     SharingMode,
 )
-from webhook.core.modes.dra import DraConsumableMemory
+from webhook.core.modes.dra import DraConsumableMemory, namespace_templates
 from webhook.core.modes.hami import Hami
 from webhook.core.modes.kai import KaiHandOver
 from webhook.core.modes.mps import DevicePluginMps
-from webhook.core.modes.mps_daemon import GpushareMpsDaemon
+from webhook.core.modes.mps_daemon import PIPE_VOLUME, GpushareMpsDaemon
 from webhook.core.modes.scheme_share import SchemeMode
 from webhook.core.modes.tencent_vcuda import TencentVcuda
 from webhook.core.modes.time_slicing import TimeSlicing
@@ -68,6 +68,7 @@ def mode_profile(policy: Policy) -> ModeProfile:
 
 __all__ = [
     "MODES",
+    "PIPE_VOLUME",
     "ContainerResource",
     "EnvSetting",
     "ModeChanges",
@@ -75,6 +76,7 @@ __all__ = [
     "SharingMode",
     "mode_changes",
     "mode_profile",
+    "namespace_templates",
     "place_request",
     "whole_gpu_changes",
     "whole_gpu_resources",
