@@ -44,6 +44,7 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
         "webhook.node",
         "webhook.dra",
         "webhook.compile",
+        "webhook.all_modes",
     },
     # `gpushare dra-templates`: the core's templates, applied with the server's policy store.
     "webhook.dra": {"webhook.core", "webhook.constants", "webhook.errors", "webhook.server"},
@@ -55,6 +56,13 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
         "webhook.core",
         "webhook.constants",
         "webhook.errors",
+        "webhook.manifest",
+        "webhook.offline",
+    },
+    # `gpushare mutate|explain --all-modes`: each policy alone, through the offline verdicts.
+    "webhook.all_modes": {
+        "webhook.core",
+        "webhook.constants",
         "webhook.manifest",
         "webhook.offline",
     },

@@ -19,8 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from webhook.constants import APPLIED_ANNOTATION
-from webhook.core.modes import ModeProfile, mode_profile
-from webhook.core.policy.model import Match, Policy, PolicySet
+from webhook.core import Match, ModeProfile, Policy, PolicySet, mode_profile
 from webhook.manifest import Document
 from webhook.offline import DENIED, Checked, check_documents, report
 

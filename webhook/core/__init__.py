@@ -29,7 +29,14 @@ from webhook.core.framework_images import (
     parse_version,
 )
 from webhook.core.frameworks import JAX_NEW_FRACTION_VAR
-from webhook.core.modes import PIPE_VOLUME, mode_changes, namespace_templates, whole_gpu_changes
+from webhook.core.modes import (
+    PIPE_VOLUME,
+    ModeProfile,
+    mode_changes,
+    mode_profile,
+    namespace_templates,
+    whole_gpu_changes,
+)
 from webhook.core.placement import Placement, format_fraction
 from webhook.core.planning import Decision, Denied, Planned, Untouched
 from webhook.core.policy.loader import (
@@ -43,6 +50,7 @@ from webhook.core.policy.model import (
     Allocation,
     DirectRequests,
     FrameworkImages,
+    Match,
     Mode,
     Policy,
     PolicySet,
@@ -84,7 +92,9 @@ __all__ = [
     "DirectRequests",
     "FrameworkImages",
     "Knob",
+    "Match",
     "Mode",
+    "ModeProfile",
     "Placement",
     "Planned",
     "Policy",
@@ -109,6 +119,7 @@ __all__ = [
     "load_policy_text",
     "load_policy_texts",
     "mode_changes",
+    "mode_profile",
     "mutate",
     "mutated_pod",
     "namespace_templates",
