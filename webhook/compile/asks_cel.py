@@ -92,8 +92,10 @@ class AsksCel:
                     f" && !(has({limits}) && k in {limits} && "
                     f"string({limits}[k]) == string({asks}[k]))"
                 )
+            # exists() first: the common pod asks for no GPU resource, and the sorted
+            # list and the messages are then never built.
             sections.append(
-                f"(has({container}.resources) && has({asks}) ? "
+                f"(has({container}.resources) && has({asks}) && {asks}.exists(k, {condition}) ? "
                 f"{asks}.map(k, k).sort().filter(k, {condition})"
                 f".map(k, {message(asks, section)}).join(' ') : '')"
             )

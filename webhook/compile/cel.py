@@ -109,8 +109,12 @@ def ceil_int(expression: str) -> str:
 def format_fraction(expression: str) -> str:
     """``webhook.core.placement.format_fraction`` of a non-negative double expression:
     floored to 1/10000, up to four decimals, no trailing zeros."""
-    n = f"int(({expression}) * 10000.0 + {EPSILON})"
-    return format_ten_thousandths(n)
+    return format_ten_thousandths(ten_thousandths(expression))
+
+
+def ten_thousandths(expression: str) -> str:
+    """A non-negative double expression as an int count of 1/10000, floored."""
+    return f"int(({expression}) * 10000.0 + {EPSILON})"
 
 
 def format_ten_thousandths(n: str) -> str:

@@ -128,7 +128,10 @@ class PlanCel(RequestCel, AsksCel, FrameworksCel):
             f"{V}bn ? {cel.ceil_int(f'{V}mib / {share} - {cel.EPSILON}')} : 0",
         )
         add("slots", f"{V}bn ? 1 : {V}none ? 0 : {V}sl[{V}pi]")
-        add("ff", cel.format_fraction(f"{V}fx"))
+        # The count of 1/10000 once, as a variable: format_ten_thousandths reads it eight
+        # times and CEL does not share common subexpressions.
+        add("fn", cel.ten_thousandths(f"{V}fx"))
+        add("ff", cel.format_ten_thousandths(f"{V}fn"))
 
     def _asked(self) -> str:
         """``placement._asked``: which annotation asked, and the share it came to."""
