@@ -18,6 +18,9 @@ otherwise it dials the Service's cluster IP, routed by kube-proxy). Endpoints ma
 loopback addresses (ValidateEndpointIP), so the webhook listens on this machine's own IPv4
 address.
 
+Helm 3 installs client-side; every values file's rendering is also applied server-side (dry
+run, kubectl's strict field validation) so the real API validates each object it holds.
+
 Also here, because it needs the harness's kubectl (kustomize): the kustomize bases and the
 chart render the same objects (tests/test_helm_render.py holds the chart's admission objects
 equal to `gpushare webhook-config`).
@@ -486,3 +489,45 @@ def test_the_mps_daemon_kustomization_and_the_chart_render_the_same_objects(
     assert set(chart) == set(kustomized)
     different = [key for key in chart if chart[key] != kustomized[key]]
     assert not different, {key: (kustomized[key], chart[key]) for key in different}
+
+
+# Kinds whose CustomResourceDefinitions come with cert-manager, not with Kubernetes.
+CERT_MANAGER_KINDS = {"Certificate", "Issuer"}
+
+
+@pytest.mark.parametrize(
+    "values", [None, "production.yaml", "cert-manager.yaml", "mps-daemon.yaml", "secret.yaml"]
+)
+def test_every_rendered_object_is_accepted_by_a_server_side_apply(
+    helm: Path, plane: ControlPlane, tmp_path: Path, values: str | None
+) -> None:
+    """`helm template` with each values file, applied server-side (dry run) to the real
+    apiserver: every object passes the API's own validation, not only the chart's schema."""
+    files = [] if values is None else [REPO / "tests/helm_values" / values]
+    if values == "secret.yaml":  # its caBundle must be a PEM certificate: any CA will do
+        ca = tmp_path / "ca.yaml"
+        pem = plane.pki.ca_cert.read_text()
+        ca.write_text(yaml.safe_dump({"certificates": {"secret": {"caBundle": pem}}}))
+        files.append(ca)
+    result = run_helm(helm, *template_args("ssa", "gpushare-ssa", files), home=tmp_path / "home")
+    assert result.returncode == 0, result.stderr
+    rendered = documents(result.stdout)
+    namespaces = {"gpushare-ssa"} | {
+        d["metadata"]["namespace"] for d in rendered if d["metadata"].get("namespace")
+    }
+    core = k8s.CoreV1Api(plane.api)
+    existing = {n.metadata.name for n in core.list_namespace().items}
+    for name in sorted(namespaces - existing):
+        core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
+    applied = [d for d in rendered if d["kind"] not in CERT_MANAGER_KINDS]
+    skipped = {d["kind"] for d in rendered} & CERT_MANAGER_KINDS
+    assert bool(skipped) == (values == "cert-manager.yaml"), skipped  # only that mode has them
+    applied_result = plane.kubectl(
+        "apply", "--server-side", "--dry-run=server", "--force-conflicts",
+        "--field-manager=ssa-check", "-f", "-",
+        input=yaml.safe_dump_all(applied), check=False,
+    )  # fmt: skip
+    assert applied_result.returncode == 0, applied_result.stderr
+    lines = [line for line in applied_result.stdout.splitlines() if line.strip()]
+    assert len(lines) == len(applied), applied_result.stdout
+    assert all("serverside-applied (server dry run)" in line for line in lines), lines
