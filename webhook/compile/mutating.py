@@ -22,8 +22,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.compile import cel
+from webhook.compile.inlining import fold_variables
 from webhook.compile.plan import DENIAL_ANNOTATION, PlanCel, V, node_memory_expression, s
-from webhook.compile.pod_cel import API_VERSION, match_constraints, policy_labels
+from webhook.compile.pod_cel import API_VERSION, DENIAL_LABEL, match_constraints, policy_labels
 from webhook.compile.selection import governs
 from webhook.constants import (
     APPLIED_ANNOTATION,
@@ -346,8 +347,12 @@ class MutatingPolicy:
         denial = s("/metadata/annotations/" + escape(DENIAL_ANNOTATION))
         reasons = f"{V}bad.size() > 0 ? '422 ' + {V}bad.join(' ') : '403 ' + {V}problems.join(' ')"
         stale = f"({s(DENIAL_ANNOTATION)} in {V}a ? [{op('remove', denial)}] : [])"
+        marked = add_to_map(
+            "/metadata/labels", "has(object.metadata.labels)", DENIAL_LABEL, "'true'"
+        )
         return (
-            f"{V}bad.size() > 0 || {V}problems.size() > 0 ? [{op('add', denial, reasons)}] : "
+            f"{V}bad.size() > 0 || {V}problems.size() > 0 ? "
+            f"[{op('add', denial, reasons)}] + {marked} : "
             f"{stale} + ({V}whole ? {' + '.join(whole_ops)} : {shared})"
         )
 
@@ -361,15 +366,18 @@ class MutatingPolicy:
             *match_conditions,
             {"name": "governed-by-policy", "expression": governs(policy, self.policies)},
         ]
-        spec = {
+        spec: dict[str, Any] = {
             "paramKind": None,
             "matchConstraints": match_constraints(),
             "matchConditions": conditions,
             "failurePolicy": "Fail",
             "reinvocationPolicy": "IfNeeded",
-            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": self.patch()}}],
         }
-        variables = [*self.plan.variables, *dict(self.extra).items()]
+        patch = self.patch()
+        variables, (patch,) = fold_variables(
+            [*self.plan.variables, *dict(self.extra).items()], [patch]
+        )
+        spec["mutations"] = [{"patchType": "JSONPatch", "jsonPatch": {"expression": patch}}]
         spec["variables"] = [{"name": n, "expression": e} for n, e in variables]
         del spec["paramKind"]
         return [

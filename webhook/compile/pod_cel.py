@@ -15,9 +15,13 @@ V = "variables."
 # Where the mutating policy writes why it left a pod alone ("422 ..." or "403 ...", the
 # webhook's status code and its reasons); the validating policy denies the pod with it. A
 # user cannot get a pod past a policy with it: the mutating policy removes it from every pod
-# it mutates and writes it on every pod it refuses; written by hand on a pod no policy
-# governs, it only refuses that pod.
+# it mutates and writes it on every pod it refuses; written by hand (with the label below)
+# on a pod no policy governs, it only refuses that pod.
 DENIAL_ANNOTATION = "gpushare.io/denied"
+# And a label of the same key on a refused pod: the validating policy's objectSelector
+# picks those pods out without CEL, so an admitted pod costs it nothing (a matchCondition
+# would convert every pod for CEL, in the apiserver, on the path of every create).
+DENIAL_LABEL = DENIAL_ANNOTATION
 
 
 def s(text: str) -> str:

@@ -7,7 +7,9 @@ them into ``gpushare.io/denied`` (``plan.DENIAL_ANNOTATION``) instead of mutatin
 small policy for the whole set denies exactly those pods, with those reasons (joined by
 spaces, as the webhook's AdmissionResponse message joins them): a request that cannot be
 read is ``Invalid`` (HTTP 422), one that breaks the policy ``Forbidden`` (403). Planning is
-done once per pod, in the mutating policy; the check here reads one annotation.
+done once per pod, in the mutating policy; the check here reads one annotation, and only
+on pods carrying the ``gpushare.io/denied`` label the mutating policy puts beside it
+(an objectSelector: every other pod skips this policy without being converted for CEL).
 
 Where a policy denies asking for its shared resource by hand (``directResourceRequests:
 deny``), a policy of its own denies a pod without the annotations that does so, as the
@@ -21,6 +23,7 @@ from typing import Any
 from webhook.compile.pod_cel import (
     API_VERSION,
     DENIAL_ANNOTATION,
+    DENIAL_LABEL,
     match_constraints,
     policy_labels,
     s,
@@ -61,7 +64,13 @@ def denials(namespace_selector: dict[str, Any]) -> list[dict[str, Any]]:
         "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": DENIALS_NAME, "labels": labels},
         "spec": {
-            "matchConstraints": match_constraints(),
+            # Only pods the mutating policies marked refused: no CEL for any other pod.
+            "matchConstraints": {
+                **match_constraints(),
+                "objectSelector": {
+                    "matchExpressions": [{"key": DENIAL_LABEL, "operator": "Exists"}]
+                },
+            },
             "matchConditions": [
                 {
                     "name": "refused-by-gpushare",

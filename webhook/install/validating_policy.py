@@ -44,6 +44,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.compile.inlining import fold_variables
 from webhook.constants import APPLIED_ANNOTATION, FRACTION_ANNOTATION, REQUEST_ANNOTATIONS
 from webhook.core import KAI_SCHEDULER, PolicySet
 from webhook.errors import GpushareError
@@ -130,10 +131,11 @@ def _variables(facts: PolicyFacts) -> list[dict[str, str]]:
         ("checksRecord", "variables.annotated && variables.applied != ''"),
         ("recordContainer", record_field("container")),
         ("recordResource", record_field("resource")),
+        ("recordSlots", record_field("slots", number=True)),
         (
             "recordCount",
-            f"{record_field('slots', number=True)} != '' ? {record_field('slots', number=True)}"
-            f" : {record_field('gpus', number=True)}",
+            "variables.recordSlots != '' ? variables.recordSlots : "
+            f"{record_field('gpus', number=True)}",
         ),
         ("recordMode", record_field("mode")),
         ("recordVersion", f"{record_field('policy')} + '@' + {record_field('policyVersion')}"),
@@ -205,8 +207,9 @@ def _validations() -> list[dict[str, str]]:
         {
             # A pod sent to kai-scheduler is KAI's: gpushare leaves it alone (it reads the
             # same annotations), so it is never mutated on purpose.
-            "expression": "!variables.annotated || variables.policy == '' || "
-            "variables.applied != '' || "
+            # The record first: a mutated pod then never evaluates the selection.
+            "expression": "!variables.annotated || variables.applied != '' || "
+            "variables.policy == '' || "
             f"object.spec.?schedulerName.orValue('') == {cel_string(KAI_SCHEDULER)}",
             "message": NEVER_MUTATED_MESSAGE,
             "reason": "Forbidden",
@@ -325,9 +328,27 @@ def validating_policy(settings: SafetyNetSettings, facts: PolicyFacts) -> dict[s
                 ],
             },
             "matchConditions": [dict(c) for c in settings.match_conditions],
-            "variables": _variables(facts),
-            "validations": _validations(),
+            **_folded(_variables(facts), _validations()),
         },
+    }
+
+
+def _folded(
+    variables: list[dict[str, str]], validations: list[dict[str, str]]
+) -> dict[str, list[dict[str, str]]]:
+    """The variables, each short or single-use one folded into its users (the apiserver
+    evaluates every variable as a program of its own: ``webhook.compile.inlining``)."""
+    fields = ("expression", "messageExpression")
+    users = [v[f] for v in validations for f in fields if f in v]
+    kept, texts = fold_variables([(v["name"], v["expression"]) for v in variables], users)
+    rest = iter(texts)
+    checks = [dict(v) for v in validations]
+    for check in checks:
+        for name in (f for f in fields if f in check):
+            check[name] = next(rest)
+    return {
+        "variables": [{"name": name, "expression": text} for name, text in kept],
+        "validations": checks,
     }
 
 
