@@ -43,7 +43,14 @@ SYSTEM_NAMESPACE = "gpushare-system"
 CA_INJECTION = "cert-manager.io/inject-ca-from"
 CERT_MANAGER_GROUP = "cert-manager.io"
 # Every kustomization a cluster admin applies; together they must reach every file.
-KUSTOMIZATIONS = ("base", "overlays/gpushare-certs", "overlays/cert-manager", "mps-daemon")
+KUSTOMIZATIONS = (
+    "base",
+    "overlays/gpushare-certs",
+    "overlays/cert-manager",
+    "mps-daemon",
+    "dra-templates",  # applied (server-side dry run) in test_dra.py
+    "monitoring",  # rendered below; its kinds need the Prometheus Operator's CRDs
+)
 # Files the gpushare-certs overlay expects the admin to generate (git-ignored there).
 GENERATED = ("ca.crt", "tls.crt", "tls.key", "webhooks.yaml")
 
@@ -425,3 +432,25 @@ def test_mps_daemon_dry_runs(control_plane: ControlPlane) -> None:
 
     assert result.stdout.count("serverside-applied (server dry run)") == len(rest), result.stdout
     assert {d["kind"] for d in rest} >= {"DaemonSet", "ServiceAccount", "ClusterRole", "ConfigMap"}
+
+
+def test_the_monitoring_kustomization_renders_the_dashboard_alerts_and_scrapes(
+    control_plane: ControlPlane,
+) -> None:
+    """deploy/monitoring through the real kustomize: the dashboard JSON unchanged in a
+    ConfigMap labelled for Grafana's sidecar, the PrometheusRule, a PodMonitor per target.
+    (tests/test_monitoring.py checks what the expressions in them read.)"""
+    rendered = kustomize(control_plane, DEPLOY / "monitoring")
+    kinds = sorted((d["kind"], d["metadata"]["name"]) for d in rendered)
+    assert [kind for kind, _ in kinds] == [
+        "ConfigMap",
+        "PodMonitor",
+        "PodMonitor",
+        "PrometheusRule",
+    ]
+    (dashboard,) = [d for d in rendered if d["kind"] == "ConfigMap"]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["data"]["gpushare-dashboard.json"] == (
+        DEPLOY / "monitoring/gpushare-dashboard.json"
+    ).read_text(encoding="utf-8")
+    assert all(d["metadata"].get("namespace") for d in rendered)
