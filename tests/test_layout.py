@@ -23,7 +23,12 @@ LONG_REASON = "long because"
 ALLOWED_IMPORTS: dict[str, set[str]] = {
     "webhook.core": {"webhook.constants", "webhook.errors"},
     # The safety-net policy carries facts of the policies (webhook.install.policy_facts).
-    "webhook.install": {"webhook.core", "webhook.constants", "webhook.errors"},
+    "webhook.install": {
+        "webhook.core",
+        "webhook.constants",
+        "webhook.errors",
+        "webhook.cel_inlining",
+    },
     "webhook.server": {
         "webhook.core",
         "webhook.constants",
@@ -48,7 +53,14 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     },
     # `gpushare dra-templates`: the core's templates, applied with the server's policy store.
     "webhook.dra": {"webhook.core", "webhook.constants", "webhook.errors", "webhook.server"},
-    "webhook.compile": {"webhook.core", "webhook.constants", "webhook.errors"},
+    "webhook.compile": {
+        "webhook.core",
+        "webhook.constants",
+        "webhook.errors",
+        "webhook.cel_inlining",
+    },
+    # CEL variables folded into their users: for the safety net (install) and compile alike.
+    "webhook.cel_inlining": set(),
     # `gpushare policy check`: the core's set checks and the node side's pool clashes.
     "webhook.policy_check": {"webhook.core", "webhook.constants", "webhook.errors", "webhook.node"},
     # `gpushare plan`: workloads read as mutate reads them, decided by the core, packed.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from webhook.compile.inlining import fold_variables
+from webhook.cel_inlining import fold_variables
 
 
 def test_a_single_use_is_folded_and_an_unused_variable_dropped() -> None:

@@ -7,7 +7,8 @@ path (``gpushare compile``).
     validating  the ValidatingAdmissionPolicies and bindings: the webhook's denials
     refusals    what cannot be compiled (refused, naming the field), and what is left out
     cel         CEL text: literals, globs, the number formatting the webhook uses
-    inlining    fewer CEL variables: short and single-use ones folded into their users
+    (webhook.cel_inlining, shared with the safety net: fewer CEL variables, short and
+    single-use ones folded into their users)
 
 Pure: a ``PolicySet`` in, a list of Kubernetes objects (plain dicts) out, or
 ``CompileRefusedError``. The webhook stays the reference; tests/e2e/test_compiled_policies.py holds

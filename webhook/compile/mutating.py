@@ -21,8 +21,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.cel_inlining import fold_variables
 from webhook.compile import cel
-from webhook.compile.inlining import fold_variables
 from webhook.compile.plan import DENIAL_ANNOTATION, PlanCel, V, node_memory_expression, s
 from webhook.compile.pod_cel import API_VERSION, DENIAL_LABEL, match_constraints, policy_labels
 from webhook.compile.selection import governs

@@ -44,7 +44,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.compile.inlining import fold_variables
+from webhook.cel_inlining import fold_variables
 from webhook.constants import APPLIED_ANNOTATION, FRACTION_ANNOTATION, REQUEST_ANNOTATIONS
 from webhook.core import KAI_SCHEDULER, PolicySet
 from webhook.errors import GpushareError
