@@ -4,6 +4,7 @@ commands without a subcommand, and exit 2 for invalid policies in every command.
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.metadata
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from webhook import cli
 from webhook.server.settings import ENV_PREFIX, ServeSettings
@@ -208,3 +210,27 @@ def test_every_policy_loading_command_is_covered() -> None:
         prog.removeprefix("gpushare ") for prog, option, _ in options() if option == "--policies"
     }
     assert with_policies | {"policy check"} == set(command_lines(Path(), Path(), Path("/tmp")))
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly(tmp_path: Path) -> None:
+    """`gpushare compile ... | head`: exit 141 (SIGPIPE's), no traceback on stderr."""
+    documents = list(yaml.safe_load_all((REPO / "policies/default.yaml").read_text()))
+    (default,) = [d for d in documents if d["kind"] == "GpuSharingPolicy"]
+    for index in range(4):  # about 40 KB of CEL each: more than a pipe's 64 KiB buffer
+        policy = copy.deepcopy(default)
+        policy["metadata"]["name"] = f"team-{index}"
+        policy["spec"]["default"] = False
+        policy["spec"]["match"] = {"namespaces": [f"team-{index}"]}
+        (tmp_path / f"team-{index}.yaml").write_text(yaml.safe_dump(policy))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "webhook.cli", "compile", "--policies", str(tmp_path)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # the reader goes away before the output comes
+    stderr = process.stderr.read().decode()
+    process.stderr.close()
+    assert process.wait(timeout=120) == cli.EXIT_BROKEN_PIPE, stderr
+    assert "Traceback" not in stderr

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,6 +40,8 @@ from webhook.policy_check import add_policy_commands
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_DENIED = 3
+# 128 + SIGPIPE, what a shell reports for a tool its reader stopped reading.
+EXIT_BROKEN_PIPE = 141
 
 
 def _policies_argument(parser: argparse.ArgumentParser) -> None:
@@ -290,6 +293,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GpushareError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        # The reader went away (`gpushare compile | head`): stop quietly, as other Unix
+        # tools do. Point stdout at devnull so the interpreter's final flush cannot fail
+        # again (Python docs, "Note on SIGPIPE").
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     return code
 
 
