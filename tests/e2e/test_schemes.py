@@ -51,6 +51,8 @@ from webhook.constants import APPLIED_ANNOTATION
 
 RUN_LABEL = "e2e.gpushare.io/schemes-run"
 BIND_TIMEOUT_S = 60.0
+# The node the kai-scheduler stand-in may use (see second_scheduler).
+KAI_GPU_NODE_LABEL = "gpushare.test/kai-gpu-node"
 EXAMPLES = ("aws-vgpu", "tencent-vcuda", "aliyun-gpushare", "hami", "kai", "aks-mps")
 
 
@@ -118,7 +120,12 @@ def _schemes(run: str) -> list[Scheme]:
             ),
             scheduler="hami-scheduler",
         ),
-        Scheme("kai", "kai-", node("kai", {"nvidia.com/gpu": "1"}, {}), scheduler="kai-scheduler"),
+        Scheme(
+            "kai",
+            "kai-",
+            node("kai", {"nvidia.com/gpu": "1"}, {KAI_GPU_NODE_LABEL: "true"}),
+            scheduler="kai-scheduler",
+        ),
         Scheme(
             "aks-mps",
             "aks-",
@@ -177,7 +184,33 @@ def second_scheduler(
                 "leaderElection": {"leaderElect": False},
                 "profiles": [
                     {"schedulerName": "hami-scheduler"},
-                    {"schedulerName": "kai-scheduler"},
+                    {
+                        "schedulerName": "kai-scheduler",
+                        # A KAI pod asks for no extended resource (KAI accounts GPU shares
+                        # itself), so a plain profile would bind it to any node; KAI places
+                        # it on a GPU node it manages. The added affinity stands in for that.
+                        "pluginConfig": [
+                            {
+                                "name": "NodeAffinity",
+                                "args": {
+                                    "addedAffinity": {
+                                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                                            "nodeSelectorTerms": [
+                                                {
+                                                    "matchExpressions": [
+                                                        {
+                                                            "key": KAI_GPU_NODE_LABEL,
+                                                            "operator": "Exists",
+                                                        }
+                                                    ]
+                                                }
+                                            ]
+                                        }
+                                    }
+                                },
+                            }
+                        ],
+                    },
                 ],
             }
         )
@@ -303,8 +336,9 @@ def test_a_pod_sent_to_kai_scheduler_is_left_to_kai(
         or not admitted["spec"]["containers"][0]["resources"]
     )
     bound = _bound(core_v1, namespace, "trainer")
-    # kai-scheduler binds it; no scheme resources, so any node of the run fits.
-    assert bound["spec"]["nodeName"] in {s.node.name for s in schemes}
+    # kai-scheduler binds it, on the GPU node its stand-in may use (second_scheduler).
+    (kai,) = [s for s in schemes if s.policy == "kai"]
+    assert bound["spec"]["nodeName"] == kai.node.name
 
 
 def test_a_share_the_scheme_cannot_express_is_refused_through_the_apiserver(
