@@ -21,9 +21,17 @@ class HarnessBuildError(RuntimeError):
 
 def build_binary(timeout: float | None = None) -> Path:
     """Run build.sh and return the binary path it prints on its last line of stdout."""
+    return run_build_script(BUILD_SCRIPT, "harness/build.sh", HarnessBuildError, timeout)
+
+
+def run_build_script(
+    script: Path, name: str, error: type[RuntimeError], timeout: float | None
+) -> Path:
+    """Run a caching Go build script (this harness's, or a tool's under tools/) and return
+    the executable it prints on its last line of stdout; ``error`` carries its output."""
     # Own process group, so a timeout stops the go toolchain too, not only the script.
     with subprocess.Popen(
-        [str(BUILD_SCRIPT)],
+        [str(script)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -34,16 +42,14 @@ def build_binary(timeout: float | None = None) -> Path:
         except subprocess.TimeoutExpired:
             os.killpg(build.pid, signal.SIGKILL)
             stdout, stderr = build.communicate()
-            raise HarnessBuildError(
-                f"harness/build.sh took over {timeout:.0f}s\n{stderr}"
-            ) from None
+            raise error(f"{name} took over {timeout:.0f}s\n{stderr}") from None
     lines = stdout.strip().splitlines()
     if build.returncode != 0 or not lines:
-        raise HarnessBuildError(
-            f"harness/build.sh failed (exit {build.returncode})\n"
+        raise error(
+            f"{name} failed (exit {build.returncode})\n"
             f"--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}"
         )
     binary = Path(lines[-1])
     if not os.access(binary, os.X_OK):
-        raise HarnessBuildError(f"build.sh printed {binary}, which is not an executable file")
+        raise error(f"{name} printed {binary}, which is not an executable file")
     return binary

@@ -9,10 +9,11 @@ prebuilt binary instead (scripts/test exports the one it built).
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+
+from harness.binary import run_build_script
 
 HELM_BUILD_SCRIPT = Path(__file__).resolve().parent / "tools/helm/build.sh"
 CHART = Path(__file__).resolve().parents[1] / "deploy/helm/gpushare"
@@ -32,29 +33,7 @@ def helm_binary(timeout: float = BUILD_TIMEOUT_S) -> Path:
         if not os.access(given, os.X_OK):
             raise HelmBuildError(f"GPUSHARE_HELM={given} is not an executable file")
         return Path(given)
-    # Own process group, so a timeout stops the go toolchain too, not only the script.
-    with subprocess.Popen(
-        [str(HELM_BUILD_SCRIPT)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    ) as build:
-        try:
-            stdout, stderr = build.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(build.pid, signal.SIGKILL)
-            stdout, stderr = build.communicate()
-            raise HelmBuildError(
-                f"tools/helm/build.sh took over {timeout:.0f}s\n{stderr}"
-            ) from None
-    lines = stdout.strip().splitlines()
-    if build.returncode != 0 or not lines or not os.access(lines[-1], os.X_OK):
-        raise HelmBuildError(
-            f"tools/helm/build.sh failed (exit {build.returncode})\n"
-            f"--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}"
-        )
-    return Path(lines[-1])
+    return run_build_script(HELM_BUILD_SCRIPT, "tools/helm/build.sh", HelmBuildError, timeout)
 
 
 def run_helm(
