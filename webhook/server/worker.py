@@ -15,7 +15,8 @@ takes milliseconds. What a client can still hold is bounded:
   that is still reading (else the oldest idle kept-alive one), so a flood of idle sockets
   cannot lock out the apiserver's next connection;
 - a thread that has spent ``request_read_timeout`` on one request (a client that stops
-  reading its answers) has its socket shut down, which ends the blocked write.
+  reading its answers) has its socket shut down, which ends the blocked write; a request
+  still queued for a thread is not timed.
 
 Kept-alive connections wait in the event loop as in gthread and come back through the
 same read-ahead. This module relies on gunicorn's ``ThreadWorker`` internals (the version
@@ -124,9 +125,12 @@ class ReadAheadWorker(ThreadWorker):  # type: ignore[misc]
         reading = _Reading(time.monotonic() + self.read_timeout, True, bytearray(pipelined))
         self._start_reading(conn, reading)
 
-    def enqueue_req(self, conn: TConn) -> None:
+    def handle(self, conn: TConn) -> Any:
+        # The thread deadline starts when a thread takes the request, not when it is
+        # queued: a request waiting behind a client that stopped reading is not that client
+        # (one dict store: atomic, and murder_pending reads a snapshot in the loop).
         self.busy[conn] = time.monotonic() + self.read_timeout
-        super().enqueue_req(conn)
+        return super().handle(conn)
 
     # -- reading in the loop -----------------------------------------------------------
 
