@@ -22,6 +22,8 @@ _COMPREHENSIONS = ("map", "filter", "exists", "all", "exists_one")
 # A variable used more than once is folded too when its text, times its uses, stays under
 # this: a short expression evaluated a few times costs less than one more variable.
 SHORT_BUDGET = 240
+# ...unless it builds a list: short text, but each evaluation allocates and walks one.
+_BUILDS_LIST = (".map(", ".filter(", ".split(", ".sort(")
 
 
 def _references(name: str) -> re.Pattern[str]:
@@ -94,7 +96,9 @@ def fold_variables(
         if count == 0:
             del expressions[name]
             continue
-        if count > 1 and count * len(body) > SHORT_BUDGET:
+        if count > 1 and (
+            count * len(body) > SHORT_BUDGET or any(call in body for call in _BUILDS_LIST)
+        ):
             continue
         texts = {key: expressions[key] if isinstance(key, str) else outside[key] for key, _ in used}
         if any(

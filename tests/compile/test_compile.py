@@ -34,23 +34,39 @@ def test_the_default_policy_compiles_to_mutating_and_validating_policies() -> No
     assert _kinds(documents) == [
         ("MutatingAdmissionPolicy", "gpushare-default"),
         ("MutatingAdmissionPolicyBinding", "gpushare-default"),
-        ("ValidatingAdmissionPolicy", "gpushare-default"),
-        ("ValidatingAdmissionPolicyBinding", "gpushare-default"),
         ("ValidatingAdmissionPolicy", "gpushare-denials"),
         ("ValidatingAdmissionPolicyBinding", "gpushare-denials"),
     ]
     assert {d["apiVersion"] for d in documents} == {"admissionregistration.k8s.io/v1"}
     mutating = documents[0]["spec"]
-    assert mutating["reinvocationPolicy"] == "IfNeeded"
+    # Never by default: the apiserver calls an IfNeeded policy again after its own change.
+    assert mutating["reinvocationPolicy"] == "Never"
     assert mutating["failurePolicy"] == "Fail"
     assert [m["patchType"] for m in mutating["mutations"]] == ["JSONPatch"]
     conditions = {c["name"]: c["expression"] for c in mutating["matchConditions"]}
-    assert set(conditions) == {"requests-gpu-share", "not-mirror-pod", "governed-by-policy"}
+    # The default policy denies asking by hand: its mutating policy refuses those pods too.
+    assert set(conditions) == {
+        "requests-gpu-share-or-asks-by-hand",
+        "not-mirror-pod",
+        "governed-by-policy",
+    }
     assert "kubernetes.io/config.mirror" in conditions["not-mirror-pod"]
     patch = mutating["mutations"][0]["jsonPatch"]["expression"]
     # nodeSelector is atomic for ApplyConfiguration: set key by key with JSONPatch.
     assert "/spec/nodeSelector/" in patch and "gpushare.io~1applied" in patch
     assert "gpushare.io~1denied" in patch
+
+
+def test_reinvocation_is_a_choice_and_only_the_two_kubernetes_values() -> None:
+    policies = load_policies(DEFAULT)
+    documents = compile_policies(policies, "IfNeeded")
+    assert documents[0]["spec"]["reinvocationPolicy"] == "IfNeeded"
+    # Only the reinvocation policy differs.
+    never = compile_policies(policies, "Never")
+    never[0]["spec"]["reinvocationPolicy"] = "IfNeeded"
+    assert never == documents
+    with pytest.raises(ValueError, match="Never, IfNeeded"):
+        compile_policies(policies, "Always")
 
 
 def test_bindings_keep_system_namespaces_and_opted_out_ones_away() -> None:
@@ -71,11 +87,17 @@ def test_the_denials_policy_reads_only_the_refusal_annotation() -> None:
     assert "variables" not in denials  # no planning here: the mutating policy did it
 
 
-def test_a_policy_allowing_requests_by_hand_gets_no_policy_for_them() -> None:
+def test_only_a_policy_denying_requests_by_hand_matches_pods_without_annotations() -> None:
     policies = load_policies(DEFAULT)
     allowing = dataclasses.replace(policies.policies[0], direct_requests="allow")
     documents = compile_policies(PolicySet((allowing,), policies.excluded_namespaces))
-    assert ("ValidatingAdmissionPolicy", "gpushare-default") not in _kinds(documents)
+    conditions = {c["name"]: c["expression"] for c in documents[0]["spec"]["matchConditions"]}
+    assert "nvidia.com/gpu.shared" not in conditions["requests-gpu-share"]
+    denying = compile_policies(policies)[0]["spec"]
+    conditions = {c["name"]: c["expression"] for c in denying["matchConditions"]}
+    assert "nvidia.com/gpu.shared" in conditions["requests-gpu-share-or-asks-by-hand"]
+    patch = denying["mutations"][0]["jsonPatch"]["expression"]
+    assert "asks for nvidia.com/gpu.shared directly, which policy 'default'" in patch
 
 
 def _with(**changes: object) -> PolicySet:
@@ -147,4 +169,4 @@ def test_cli_writes_to_a_file(tmp_path: Path) -> None:
     target = tmp_path / "compiled.yaml"
     code, out, _ = _run("compile", "--policies", str(DEFAULT), "--out", str(target))
     assert code == 0 and out == ""
-    assert len(list(yaml.safe_load_all(target.read_text()))) == 6
+    assert len(list(yaml.safe_load_all(target.read_text()))) == 4

@@ -51,7 +51,7 @@ from harness.webhookserver import WebhookServer
 from tests.long_runs import scaled
 from tests.oracle.oracle import read_policies
 from tests.oracle.strategies import pods, policy_texts
-from webhook.compile import CompileRefusedError, compile_policies
+from webhook.compile import REINVOCATION_POLICIES, CompileRefusedError, compile_policies
 from webhook.constants import APPLIED_ANNOTATION
 from webhook.core import (
     api_group,
@@ -99,8 +99,43 @@ class Case(NamedTuple):
     pod: dict[str, Any]
 
 
+def _by_hand(name: str, field: str, section: str, resource: str) -> dict[str, Any]:
+    """A pod without gpushare's annotations asking for ``resource`` itself."""
+    container = {
+        "name": "main",
+        "image": "busybox",
+        "resources": {section: {resource: "1"}},
+    }
+    spec: dict[str, Any] = {"containers": [{"name": "app", "image": "busybox"}]}
+    if field == "containers":
+        spec["containers"] = [spec["containers"][0], container]
+    else:
+        spec[field] = [container]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+# Asking for the shared resource by hand, where the policy denies it (and where it does not
+# apply): the compiled mutating policy refuses these, not a validating policy of their own.
+BY_HAND = [
+    Case(
+        "by-hand/limits", "default", _by_hand("a", "containers", "limits", "nvidia.com/gpu.shared")
+    ),
+    Case(
+        "by-hand/init-requests",
+        "default",
+        _by_hand("b", "initContainers", "requests", "nvidia.com/gpu.shared"),
+    ),
+    Case("by-hand/whole-gpu", "default", _by_hand("c", "containers", "limits", "nvidia.com/gpu")),
+    Case(
+        "by-hand/kube-system",
+        "kube-system",
+        _by_hand("d", "containers", "limits", "nvidia.com/gpu.shared"),
+    ),
+]
+
+
 def _corpus_cases() -> list[Case]:
-    cases = []
+    cases = list(BY_HAND)
     for folder in sorted(p for p in CORPUS.iterdir() if (p / "pod.yaml").exists()):
         pod = yaml.safe_load((folder / "pod.yaml").read_text(encoding="utf-8"))
         namespace_file = folder / "namespace"
@@ -164,8 +199,10 @@ def outcomes(
     return results
 
 
-def compiled_documents(policies: Path) -> list[dict[str, Any]]:
-    return compile_policies(load_policies(policies))
+def compiled_documents(
+    policies: Path, reinvocation: str = REINVOCATION_POLICIES[0]
+) -> list[dict[str, Any]]:
+    return compile_policies(load_policies(policies), reinvocation)
 
 
 def _acted(api: k8s.ApiClient, namespace: str) -> bool:
@@ -311,12 +348,19 @@ def test_the_refused_settings_are_refused_by_name(webhook_policies: Path) -> Non
 
 
 @pytest.mark.timeout(900)
+# Never (the default) and IfNeeded, where the apiserver calls each policy again on its own
+# output: idempotence under reinvocation.
+@pytest.mark.parametrize("reinvocation", REINVOCATION_POLICIES)
 def test_every_corpus_pod_is_admitted_or_denied_alike(
-    control_plane: ControlPlane, served: GpushareWebhook, compilable_policies: Path
+    control_plane: ControlPlane,
+    served: GpushareWebhook,
+    compilable_policies: Path,
+    reinvocation: str,
 ) -> None:
     cases = _corpus_cases()
     assert len(cases) > 40, "the corpora went missing"
-    documents = compiled_documents(compilable_policies)
+    documents = compiled_documents(compilable_policies, reinvocation)
+    assert {d["spec"].get("reinvocationPolicy") for d in documents} >= {reinvocation}
     bare = outcomes(control_plane.api, cases)
     by_webhook, governed = under_webhook(served, cases)
     by_policies = under_compiled(control_plane, served, documents, cases, governed, by_webhook)
@@ -330,6 +374,11 @@ def test_every_corpus_pod_is_admitted_or_denied_alike(
         > 15
     )
     assert sum(not o.admitted for o in by_webhook) > 15
+    by_hand = {c.name: o for c, o in zip(cases, by_webhook, strict=True) if c in BY_HAND}
+    assert [n for n, o in by_hand.items() if not o.admitted] == [
+        "by-hand/limits",
+        "by-hand/init-requests",
+    ]
 
 
 @pytest.mark.timeout(scaled(900, 7200))

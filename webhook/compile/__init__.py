@@ -4,6 +4,8 @@ path (``gpushare compile``).
     plan        one policy's decision as CEL variables (request, container, pool, problems)
     selection   which policy governs a pod, as one CEL condition per policy
     mutating    the MutatingAdmissionPolicy and binding: the webhook's patch as JSONPatch
+    jsonpatch_cel  JSONPatch ops as CEL (paths, values, missing parents)
+    common_shares  the shares people write, decided when compiling (constant maps)
     validating  the ValidatingAdmissionPolicies and bindings: the webhook's denials
     refusals    what cannot be compiled (refused, naming the field), and what is left out
     cel         CEL text: literals, globs, the number formatting the webhook uses
@@ -23,19 +25,32 @@ from typing import Any
 from webhook.compile.mutating import MutatingPolicy
 from webhook.compile.plan import s
 from webhook.compile.refusals import CompileRefusedError, Refusal, notes, refusals
-from webhook.compile.validating import denials, direct_requests
+from webhook.compile.validating import ANNOTATED_CONDITION, denials
+from webhook.compile.validating import annotated as annotated_expression
 from webhook.constants import (
     ALWAYS_EXCLUDED_NAMESPACES,
     MIRROR_POD_ANNOTATION,
     OPT_OUT_LABEL,
     OPT_OUT_VALUE,
-    REQUEST_ANNOTATIONS,
 )
 from webhook.core import PolicySet
 
-__all__ = ["CompileRefusedError", "Refusal", "compile_policies", "notes", "object_name"]
+__all__ = [
+    "REINVOCATION_POLICIES",
+    "CompileRefusedError",
+    "Refusal",
+    "compile_policies",
+    "notes",
+    "object_name",
+]
 
 PREFIX = "gpushare-"
+# The MutatingAdmissionPolicies' reinvocationPolicy, default first. Never: the apiserver
+# (k8s.io/apiserver v0.37.2, policy/mutating/dispatcher.go) calls an IfNeeded policy a second
+# time after its own change, even when nothing else changed the pod, which doubles the CEL
+# work for every annotated pod; IfNeeded is for clusters whose later mutating webhooks
+# change a GPU pod's containers, annotations or node selection.
+REINVOCATION_POLICIES = ("Never", "IfNeeded")
 
 
 def object_name(policy_name: str) -> str:
@@ -60,10 +75,15 @@ def _namespace_selector(policies: PolicySet) -> dict[str, Any]:
     }
 
 
-def compile_policies(policies: PolicySet) -> list[dict[str, Any]]:
-    """Every policy as a MutatingAdmissionPolicy (and a ValidatingAdmissionPolicy for asking
-    by hand where it denies that), one ValidatingAdmissionPolicy for the denials, and their
-    bindings; ``CompileRefusedError`` naming each field that cannot be compiled."""
+def compile_policies(
+    policies: PolicySet, reinvocation: str = REINVOCATION_POLICIES[0]
+) -> list[dict[str, Any]]:
+    """Every policy as a MutatingAdmissionPolicy (which also refuses asking by hand for its
+    shared resource where it denies that), one ValidatingAdmissionPolicy for the denials, and
+    their bindings; ``CompileRefusedError`` naming each field that cannot be compiled.
+    ``reinvocation`` is the mutating policies' reinvocationPolicy."""
+    if reinvocation not in REINVOCATION_POLICIES:
+        raise ValueError(f"reinvocation must be one of {', '.join(REINVOCATION_POLICIES)}")
     refused = refusals(policies)
     if refused:
         raise CompileRefusedError(refused)
@@ -72,18 +92,11 @@ def compile_policies(policies: PolicySet) -> list[dict[str, Any]]:
         "expression": "!has(object.metadata.annotations) || "
         f"!({s(MIRROR_POD_ANNOTATION)} in object.metadata.annotations)",
     }
-    annotated_test = " || ".join(
-        f"{s(k)} in object.metadata.annotations" for k in REQUEST_ANNOTATIONS
-    )
-    annotated = {
-        "name": "requests-gpu-share",
-        "expression": f"has(object.metadata.annotations) && ({annotated_test})",
-    }
+    annotated = {"name": ANNOTATED_CONDITION, "expression": annotated_expression()}
     selector = _namespace_selector(policies)
     documents: list[dict[str, Any]] = []
     for policy in policies.policies:
         name = object_name(policy.name)
         mutating = MutatingPolicy(policy, policies, name)
-        documents += mutating.documents([annotated, not_mirror], selector)
-        documents += direct_requests(policy, policies, name, [not_mirror], selector)
+        documents += mutating.documents([annotated, not_mirror], selector, reinvocation)
     return [*documents, *denials(selector)]

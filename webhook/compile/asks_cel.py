@@ -145,6 +145,54 @@ class AsksCel:
             chain = f"({V}pi == {index} ? {self._node_conflicts(selector)} : {chain})"
         return chain
 
+    def _clean(self) -> str:
+        """True for the usual pod, which asks for no GPU resource by hand, selects none of
+        the node labels the policy's pools and whole GPUs select, and has no MPS pipe
+        volume: then none of the problems below can arise."""
+        selectors = [self.policy.whole_gpus.node_selector, *self.pool_selectors()]
+        return (
+            f"{self._asks_nothing_by_hand()} && {self._selects_nothing_of(selectors)} && "
+            f"{self._no_volume_clash()}"
+        )
+
+    def _asks_nothing_by_hand(self) -> str:
+        """True when no container of any kind names a GPU resource in limits or requests:
+        then ``_other_asks`` and ``_own_asks`` are empty (a cheap test; it builds nothing)."""
+        test = gpu_resource_test(self.policies, "k")
+        asks = (
+            "has(x.resources) && ((has(x.resources.limits) && "
+            f"x.resources.limits.exists(k, {test})) || (has(x.resources.requests) && "
+            f"x.resources.requests.exists(k, {test})))"
+        )
+        return " && ".join(
+            f"!(has(object.spec.{field}) && object.spec.{field}.exists(x, {asks}))"
+            if field != "containers"
+            else f"!object.spec.{field}.exists(x, {asks})"
+            for field in ("containers", "initContainers", "ephemeralContainers")
+        )
+
+    def _selects_nothing_of(self, selectors: list[Mapping[str, str]]) -> str:
+        """True when the pod's nodeSelector has none of the keys ``selectors`` set: then no
+        ``_node_conflicts`` of any of them."""
+        keys = sorted({k for selector in selectors for k in selector})
+        if not keys:
+            return "true"
+        ns = "object.spec.nodeSelector"
+        return f"(!has({ns}) || !{ns}.exists(k, k in {cel.strings(keys)}))"
+
+    def _no_volume_clash(self) -> str:
+        """True when ``_volume_problems`` is certainly empty: no volume named as the MPS
+        pipe volume and nothing mounted at the pipe directory."""
+        policy = self.policy
+        if policy.mode is not Mode.MPS_DAEMON:
+            return "true"
+        pipe = policy.mps_daemon.pipe_directory
+        return (
+            f"!(has(object.spec.volumes) && object.spec.volumes.exists(v, v.name == "
+            f"{s(PIPE_VOLUME)})) && !(has({V}c.volumeMounts) && "
+            f"{V}c.volumeMounts.exists(m, m.mountPath == {s(pipe)}))"
+        )
+
     def _volume_problems(self) -> str:
         policy = self.policy
         if policy.mode is not Mode.MPS_DAEMON:

@@ -10,13 +10,13 @@ from typing import Any
 
 import yaml
 
-from webhook.compile import compile_policies, notes
+from webhook.compile import REINVOCATION_POLICIES, compile_policies, notes
 from webhook.core import default_policies_path, load_policies
 
 DESCRIPTION = """\
 Compile the YAML policies into Kubernetes admission policies (admissionregistration.k8s.io/v1,
-Kubernetes 1.36+): per policy a MutatingAdmissionPolicy doing the webhook's mutation, a
-ValidatingAdmissionPolicy giving its denials, and their bindings. Apply the output with
+Kubernetes 1.36+): per policy a MutatingAdmissionPolicy doing the webhook's mutation, one
+ValidatingAdmissionPolicy giving the denials, and their bindings. Apply the output with
 kubectl apply -f and no webhook is in the pod path. What CEL cannot do as the webhook does is
 refused (exit 2, one line per policy field saying why); what is only left out (admission
 warnings) is listed on stderr.
@@ -25,7 +25,7 @@ warnings) is listed on stderr.
 
 def run_compile(args: argparse.Namespace) -> int:
     policies = load_policies(args.policies or default_policies_path())
-    documents = compile_policies(policies)
+    documents = compile_policies(policies, args.reinvocation)
     text = yaml.safe_dump_all(documents, sort_keys=False, width=1 << 20)
     if args.out is None:
         sys.stdout.write(text)
@@ -53,5 +53,14 @@ def add_compile_command(commands: Any) -> None:
     )
     parser.add_argument(
         "--out", metavar="FILE", type=Path, default=None, help="write here, not to stdout"
+    )
+    parser.add_argument(
+        "--reinvocation",
+        choices=REINVOCATION_POLICIES,
+        default=REINVOCATION_POLICIES[0],
+        help="the mutating policies' reinvocationPolicy (default: %(default)s). Kubernetes "
+        "calls an IfNeeded policy again after its own change, which doubles its cost per "
+        "pod; choose IfNeeded where later mutating webhooks change GPU pods' containers, "
+        "annotations or node selection and gpushare should plan again after them",
     )
     parser.set_defaults(func=run_compile)

@@ -12,7 +12,8 @@ validating policy denies it.
 JSONPatch ``add`` needs the parent to exist, so each op adds the whole missing map or list
 where the pod has none. Every op writes the planned value, and env or list items are added
 only when absent, so running again on its own output changes nothing:
-``reinvocationPolicy: IfNeeded`` is safe, as for the webhook.
+``reinvocationPolicy: IfNeeded`` is safe, as for the webhook (the default is Never, for its
+cost: ``webhook.compile.REINVOCATION_POLICIES``).
 """
 
 from __future__ import annotations
@@ -23,9 +24,16 @@ from typing import Any
 
 from webhook.cel_inlining import fold_variables
 from webhook.compile import cel
+from webhook.compile.jsonpatch_cel import add_items, add_to_map, escape, literal, op
 from webhook.compile.plan import DENIAL_ANNOTATION, PlanCel, V, node_memory_expression, s
 from webhook.compile.pod_cel import API_VERSION, DENIAL_LABEL, match_constraints, policy_labels
 from webhook.compile.selection import governs
+from webhook.compile.validating import (
+    annotated,
+    asks_by_hand,
+    refused_by_hand,
+    with_asks_by_hand,
+)
 from webhook.constants import (
     APPLIED_ANNOTATION,
     MPS_MEMORY_LIMIT_VAR,
@@ -45,50 +53,6 @@ from webhook.core import (
 _AFFINITY = "/spec/affinity"
 _NODE_AFFINITY = f"{_AFFINITY}/nodeAffinity"
 _REQUIRED = f"{_NODE_AFFINITY}/requiredDuringSchedulingIgnoredDuringExecution"
-
-
-def escape(key: str) -> str:
-    """A map key as a JSON Pointer segment (RFC 6901: ``~`` then ``/``)."""
-    return key.replace("~", "~0").replace("/", "~1")
-
-
-def op(kind: str, path: str, value: str | None = None) -> str:
-    if value is None:
-        return f"JSONPatch{{op: {s(kind)}, path: {path}}}"
-    return f"JSONPatch{{op: {s(kind)}, path: {path}, value: {value}}}"
-
-
-def literal(value: Any) -> str:
-    """A JSON value as CEL (maps, lists, strings, ints, bools)."""
-    if isinstance(value, Mapping):
-        # CEL map literals are homogeneous: values of mixed types go in as dyn().
-        mixed = len({type(v) for v in value.values()}) > 1
-        items = [(s(str(k)), literal(v)) for k, v in value.items()]
-        return "{" + ", ".join(f"{k}: dyn({v})" if mixed else f"{k}: {v}" for k, v in items) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(literal(v) for v in value) + "]"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    return s(str(value))
-
-
-def add_to_map(parent: str, present: str, key: str, value: str) -> str:
-    """Ops setting ``parent/key`` (created with the key when ``present`` is false)."""
-    return (
-        f"({present} ? [{op('add', s(parent + '/' + escape(key)), value)}] : "
-        f"[{op('add', s(parent), '{' + s(key) + ': ' + value + '}')}])"
-    )
-
-
-def add_items(parent: str, present: str, items: str) -> str:
-    """Ops appending the CEL list ``items`` to the list at ``parent`` (which may be absent)."""
-    item_path = parent + " + '/-'"
-    return (
-        f"({present} ? {items}.map(i, {op('add', item_path, 'i')}) : "
-        f"{items}.size() > 0 ? [{op('add', parent, items)}] : [])"
-    )
 
 
 class MutatingPolicy:
@@ -350,28 +314,38 @@ class MutatingPolicy:
         marked = add_to_map(
             "/metadata/labels", "has(object.metadata.labels)", DENIAL_LABEL, "'true'"
         )
-        return (
+        general = (
             f"{V}bad.size() > 0 || {V}problems.size() > 0 ? "
             f"[{op('add', denial, reasons)}] + {marked} : "
             f"{stale} + ({V}whole ? {' + '.join(whole_ops)} : {shared})"
         )
+        if self.plan.fast_path is not None:
+            general = f"{self.plan.fast_path} ? {stale} + {shared} : ({general})"
+        if asks_by_hand(policy) is None:
+            return general
+        # Matched without the annotations: the pod asks for the shared resource by hand.
+        return f"!({annotated()}) ? {refused_by_hand(policy)} + {marked} : ({general})"
 
     # -- the documents --------------------------------------------------------------------
 
     def documents(
-        self, match_conditions: list[dict[str, str]], namespace_selector: dict[str, Any]
+        self,
+        match_conditions: list[dict[str, str]],
+        namespace_selector: dict[str, Any],
+        reinvocation: str,
     ) -> list[dict[str, Any]]:
         policy = self.policy
         conditions = [
             *match_conditions,
             {"name": "governed-by-policy", "expression": governs(policy, self.policies)},
         ]
+        conditions = with_asks_by_hand(policy, conditions)
         spec: dict[str, Any] = {
             "paramKind": None,
             "matchConstraints": match_constraints(),
             "matchConditions": conditions,
             "failurePolicy": "Fail",
-            "reinvocationPolicy": "IfNeeded",
+            "reinvocationPolicy": reinvocation,
         }
         patch = self.patch()
         variables, (patch,) = fold_variables(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from webhook.compile import cel
 from webhook.compile.asks_cel import AsksCel
+from webhook.compile.common_shares import decide_common_shares
 from webhook.compile.frameworks_cel import FrameworksCel
 from webhook.compile.pod_cel import DENIAL_ANNOTATION, V, s
 from webhook.compile.request_cel import DEVICES_REFUSAL, RequestCel
@@ -67,6 +68,14 @@ class PlanCel(RequestCel, AsksCel, FrameworksCel):
         self._container()
         self._placement()
         self._problems()
+        # Without common shares every pod takes the general path.
+        self.fast_path: str | None = None
+        decided = decide_common_shares(self.policy, self.variables)
+        if decided is not None:
+            self.variables = decided
+            # A common share on a clean pod has no problem but the framework's: the patch
+            # can skip the problem lists (``bad``, ``problems``) and go straight to its ops.
+            self.fast_path = f"{V}common && {V}clean && !({self.framework_refused})"
 
     def _pool_fraction(self, pool: Pool) -> str:
         if pool.gpu_memory_mib is None:
@@ -246,19 +255,15 @@ class PlanCel(RequestCel, AsksCel, FrameworksCel):
         )
         add("other", self._other_asks())
         whole = policy.whole_gpus
-        limit = "no whole GPUs" if whole.max == 0 else f"at most {whole.max} whole GPUs"
+        whole_limit = self._whole_limit()
         whole_problems = (
-            f"{V}other + (int({V}f) > {whole.max} ? [{s(FRACTION_ANNOTATION + ' ')} + "
-            f"'\"' + {V}ft + '\" asks for ' + string(int({V}f)) + "
-            + s(
-                f" whole GPUs, but policy {policy.name!r} allows {limit}: ask for fewer, "
-                "or for a share below 1."
-            )
-            + f"] : []) + {self._own_asks(whole.resource_name, f'string(int({V}f))')} + "
+            f"{V}other + {whole_limit} + "
+            f"{self._own_asks(whole.resource_name, f'string(int({V}f))')} + "
             f"{self._node_conflicts(whole.node_selector)}"
         )
+        self.framework_refused = f"{V}jf && {V}sh <= 0"
         self.framework_problem = (
-            f"({V}jf && {V}sh <= 0 ? ['A share of ' + {V}ff + "
+            f"({self.framework_refused} ? ['A share of ' + {V}ff + "
             + s(
                 f" leaves no memory once policy {policy.name!r} keeps its headroom for the "
                 "CUDA context: ask for more."
@@ -272,10 +277,28 @@ class PlanCel(RequestCel, AsksCel, FrameworksCel):
             f"{self._volume_problems()}"
         )
         add("pp", f"{V}whole ? [] : {self._placement_problems()}")
+        # The usual pod: only the share's own problems remain, and the lists of sentences
+        # for the rest are never built (CEL evaluates the branch taken).
+        add("clean", self._clean())
         add(
             "problems",
-            f"{V}bad.size() > 0 ? [] : {V}whole ? {whole_problems} : "
-            f"{V}pp.size() > 0 ? {V}pp : {shared_problems}",
+            f"{V}bad.size() > 0 ? [] : {V}whole ? ({V}clean ? {whole_limit} : "
+            f"{whole_problems}) : {V}pp.size() > 0 ? {V}pp : {V}clean ? "
+            f"{self.framework_problem} : {shared_problems}",
+        )
+
+    def _whole_limit(self) -> str:
+        policy = self.policy
+        whole = policy.whole_gpus
+        limit = "no whole GPUs" if whole.max == 0 else f"at most {whole.max} whole GPUs"
+        return (
+            f"(int({V}f) > {whole.max} ? [{s(FRACTION_ANNOTATION + ' ')} + "
+            f"'\"' + {V}ft + '\" asks for ' + string(int({V}f)) + "
+            + s(
+                f" whole GPUs, but policy {policy.name!r} allows {limit}: ask for fewer, "
+                "or for a share below 1."
+            )
+            + "] : [])"
         )
 
     # -- framework knobs ----------------------------------------------------------------

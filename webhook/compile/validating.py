@@ -12,27 +12,34 @@ on pods carrying the ``gpushare.io/denied`` label the mutating policy puts besid
 (an objectSelector: every other pod skips this policy without being converted for CEL).
 
 Where a policy denies asking for its shared resource by hand (``directResourceRequests:
-deny``), a policy of its own denies a pod without the annotations that does so, as the
-validating webhook does; its first condition lets only pods asking for that resource through.
+deny``), a pod without the annotations that does so is refused the same way: the policy's
+mutating policy also matches it (``asks_by_hand``) and writes the webhook's sentence
+(``asks_by_hand_refusal``) into ``gpushare.io/denied``. A validating policy of its own would
+cost every pod create in the cluster a second CEL evaluation, annotated pods included; the
+mutating policy's matchConditions are evaluated for every pod anyway. The check sees the pod
+as created, before any mutating webhook (mutating policies run first): a resource added by
+a later webhook is not refused here.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from webhook.compile.jsonpatch_cel import add_to_map
 from webhook.compile.pod_cel import (
     API_VERSION,
     DENIAL_ANNOTATION,
     DENIAL_LABEL,
     match_constraints,
-    policy_labels,
     s,
 )
-from webhook.compile.selection import governs
 from webhook.constants import FRACTION_ANNOTATION, REQUEST_ANNOTATIONS
-from webhook.core import DirectRequests, Policy, PolicySet
+from webhook.core import DirectRequests, Policy
 
 DENIALS_NAME = "gpushare-denials"
+# The matchCondition letting only pods with gpushare's annotations through
+# (``webhook.compile.compile_policies``).
+ANNOTATED_CONDITION = "requests-gpu-share"
 
 
 def annotated() -> str:
@@ -107,44 +114,47 @@ def _asks_by_hand(policy: Policy) -> str:
     return f"(object.spec.containers + {init}).filter(x, {asks})"
 
 
-def direct_requests(
-    policy: Policy,
-    policies: PolicySet,
-    name: str,
-    match_conditions: list[dict[str, str]],
-    namespace_selector: dict[str, Any],
-) -> list[dict[str, Any]]:
-    """``verdict._validate_direct_requests`` for ``policy``; nothing where it allows them."""
+def asks_by_hand(policy: Policy) -> str | None:
+    """Whether a pod asks for ``policy``'s shared resource by hand; None where the policy
+    allows that (``verdict._validate_direct_requests``)."""
     if policy.direct_requests is not DirectRequests.DENY:
-        return []
-    offenders = _asks_by_hand(policy)
-    first = f"{offenders}[0].name"
-    message = f"'container ' + \"'\" + {first} + \"'\" + " + s(
+        return None
+    return f"{_asks_by_hand(policy)}.size() > 0"
+
+
+def with_asks_by_hand(policy: Policy, conditions: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The mutating policy's matchConditions, letting pods that ``asks_by_hand`` through too
+    where ``policy`` refuses them."""
+    by_hand = asks_by_hand(policy)
+    if by_hand is None:
+        return conditions
+    return [
+        {
+            "name": "requests-gpu-share-or-asks-by-hand",
+            "expression": f"({c['expression']}) || {by_hand}",
+        }
+        if c["name"] == ANNOTATED_CONDITION
+        else c
+        for c in conditions
+    ]
+
+
+def refused_by_hand(policy: Policy) -> str:
+    """The ops writing the refusal of a pod that ``asks_by_hand`` into
+    ``gpushare.io/denied`` (``denials`` reads it: 403, the webhook's sentence)."""
+    return add_to_map(
+        "/metadata/annotations",
+        "has(object.metadata.annotations)",
+        DENIAL_ANNOTATION,
+        f"'403 ' + {_asks_by_hand_refusal(policy)}",
+    )
+
+
+def _asks_by_hand_refusal(policy: Policy) -> str:
+    """The webhook's sentence for a pod that ``asks_by_hand``, as a CEL string."""
+    first = f"{_asks_by_hand(policy)}[0].name"
+    return f"'container ' + \"'\" + {first} + \"'\" + " + s(
         f" asks for {policy.resource_name} directly, which policy {policy.name!r} does "
         f'not allow: remove it and annotate the pod with {FRACTION_ANNOTATION}: "0.5" '
         "(or the share you need) instead."
     )
-    labels = policy_labels(policy)
-    return [
-        {
-            "apiVersion": API_VERSION,
-            "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {
-                "matchConstraints": match_constraints(),
-                "matchConditions": [
-                    {
-                        "name": "asks-by-hand",
-                        "expression": f"!({annotated()}) && {offenders}.size() > 0",
-                    },
-                    *match_conditions,
-                    {"name": "governed-by-policy", "expression": governs(policy, policies)},
-                ],
-                "failurePolicy": "Fail",
-                "validations": [
-                    {"expression": "false", "messageExpression": message, "reason": "Forbidden"}
-                ],
-            },
-        },
-        _binding(name, namespace_selector, labels),
-    ]

@@ -35,6 +35,7 @@ from webhook.core.modes import (
     mode_changes,
     mode_profile,
     namespace_templates,
+    place_request,
     whole_gpu_changes,
 )
 from webhook.core.placement import Placement, format_fraction
@@ -60,7 +61,7 @@ from webhook.core.policy.model import (
 from webhook.core.policy.schema import document_schema
 from webhook.core.policy.schemes import KAI_SCHEDULER
 from webhook.core.policy.set_checks import SetFinding, Severity, check_policy_set, finding_lines
-from webhook.core.request import MAX_VALUE_LENGTH, MAX_WHOLE_GPUS
+from webhook.core.request import MAX_VALUE_LENGTH, MAX_WHOLE_GPUS, read_request
 from webhook.core.verdict import Verdict, mutate, mutated_pod, validate
 from webhook.core.workloads import (
     WORKLOAD_KINDS,
@@ -124,8 +125,10 @@ __all__ = [
     "mutated_pod",
     "namespace_templates",
     "parse_version",
+    "place_request",
     "pod_template",
     "read_policy_files",
+    "read_request",
     "template_changed",
     "validate",
     "whole_gpu_changes",

@@ -1,0 +1,125 @@
+"""The shares people write, decided when compiling: a lookup in place of the plan's arithmetic.
+
+Nearly every annotated pod asks for a round share ("0.5", "0.25", "0.1"), and what one
+policy makes of a ``gpu-fraction`` alone (the pool, its slots, the share, the share as the
+record writes it) depends on nothing else in the pod. The compiler asks the webhook's own
+core (``read_request``, then the mode's ``place_request``) for each common share and bakes
+the answers into constant CEL maps: the apiserver builds a constant map literal once, when
+it compiles the policy (cel-go's ``OptOptimize``, which Kubernetes sets), so a pod asking
+for one of these shares skips about a dozen variables: the strict decimal parsing, the pool
+choice and the number formatting. Any other text, a ``gpu-memory`` or container-name
+annotation, or a share the policy refuses, takes the general CEL path, which decides the
+same way (``tests/e2e/test_compiled_policies.py`` holds both equal to the webhook).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from webhook.compile import cel
+from webhook.compile.pod_cel import V, s
+from webhook.constants import (
+    CONTAINER_ANNOTATION,
+    DEVICES_ANNOTATION,
+    FRACTION_ANNOTATION,
+    MEMORY_ANNOTATION,
+)
+from webhook.core import Placement, Policy, format_fraction, place_request, read_request
+
+# Hundredths (0.01 .. 0.99) and the eighths, sixteenths, thirds and sixths people write.
+_EXTRA_SHARES = (
+    "0.125",
+    "0.375",
+    "0.625",
+    "0.875",
+    "0.0625",
+    "0.333",
+    "0.3333",
+    "0.667",
+    "0.6667",
+    "0.1667",
+    "0.8333",
+)
+
+
+def _common_texts() -> list[str]:
+    # As people write them: "0.5", not "0.50".
+    hundredths = [f"0.{n:02d}".rstrip("0") for n in range(1, 100)]
+    return [*hundredths, *_EXTRA_SHARES]
+
+
+@dataclass(frozen=True)
+class CommonShare:
+    """What ``policy`` makes of ``gpu-fraction: <text>`` on its own."""
+
+    text: str
+    pool_index: int
+    slots: int
+    fraction: float
+    formatted: str
+
+
+def common_shares(policy: Policy) -> list[CommonShare]:
+    """The common shares ``policy`` grants without a problem, decided by the core."""
+    shares = []
+    for text in _common_texts():
+        request = read_request({FRACTION_ANNOTATION: text})
+        if isinstance(request, list) or request.is_whole or request.fraction is None:
+            continue
+        placement = place_request(policy, request)
+        if not isinstance(placement, Placement) or placement.node_gpu_memory_mib is not None:
+            continue
+        shares.append(
+            CommonShare(
+                text,
+                policy.pools.index(placement.pool),
+                placement.slots,
+                placement.fraction,
+                format_fraction(placement.fraction),
+            )
+        )
+    return shares
+
+
+def decide_common_shares(
+    policy: Policy, variables: list[tuple[str, str]]
+) -> list[tuple[str, str]] | None:
+    """The plan's ``variables`` with a ``common`` variable (a pod asking only
+    ``gpu-fraction``, with a common share) and, where it holds, the pool, slots and share
+    read from constant maps and the request's problems known to be none; the variables
+    this makes unnecessary are then never evaluated (CEL variables are lazy). None when the
+    policy grants no common share."""
+    shares = common_shares(policy)
+    if not shares:
+        return None
+
+    def table(value: Callable[[CommonShare], str]) -> str:
+        entries = ", ".join(f"{s(x.text)}: {value(x)}" for x in shares)
+        return f"{{{entries}}}[{V}ft]"
+
+    known = (
+        f"{V}hf && !({s(MEMORY_ANNOTATION)} in {V}a) && !({s(CONTAINER_ANNOTATION)} in {V}a) "
+        f"&& !({s(DEVICES_ANNOTATION)} in {V}a) && {V}ft in {cel.strings(x.text for x in shares)}"
+    )
+    decided = {
+        "fp": "''",
+        "whole": "false",
+        "rp": "[]",
+        "bad": "[]",
+        "none": "false",
+        "pp": "[]",
+        "pi": table(lambda x: str(x.pool_index)),
+        "fx": table(lambda x: cel.double(x.fraction)),
+        "slots": table(lambda x: str(x.slots)),
+        "ff": table(lambda x: s(x.formatted)),
+    }
+    result = []
+    for name, general in variables:
+        if name in decided:
+            result.append((name, f"{V}common ? {decided[name]} : ({general})"))
+        else:
+            result.append((name, general))
+        if name == "cn":
+            result.append(("common", known))
+    return result
