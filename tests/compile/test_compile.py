@@ -16,6 +16,7 @@ import yaml
 
 from webhook import cli
 from webhook.compile import CompileRefusedError, compile_policies, notes
+from webhook.compile.common_shares import common_shares
 from webhook.compile.plan import DENIAL_ANNOTATION
 from webhook.compile.refusals import refusals
 from webhook.core import load_policies
@@ -170,3 +171,25 @@ def test_cli_writes_to_a_file(tmp_path: Path) -> None:
     code, out, _ = _run("compile", "--policies", str(DEFAULT), "--out", str(target))
     assert code == 0 and out == ""
     assert len(list(yaml.safe_load_all(target.read_text()))) == 4
+
+
+def test_common_shares_are_what_the_core_decides() -> None:
+    policy = load_policies(DEFAULT).policies[0]
+    shares = {share.text: share for share in common_shares(policy)}
+    # The default policy: 0.05 .. 0.5, pools ts-half (2 slots) and ts-quarter (4).
+    assert shares["0.5"].pool_index == 0 and shares["0.5"].formatted == "0.5"
+    assert shares["0.25"].pool_index == 1 and shares["0.1"].pool_index == 1
+    assert shares["0.3333"].formatted == "0.3333" and shares["0.3333"].pool_index == 0
+    # Refused shares are left to the general path, which says why.
+    assert "0.04" not in shares and "0.51" not in shares and "0.75" not in shares
+    assert all(share.slots == 1 for share in shares.values())
+
+
+def test_a_policy_without_common_shares_takes_the_general_path_only() -> None:
+    policies = load_policies(DEFAULT)
+    tiny = dataclasses.replace(policies.policies[0], min_fraction=0.001, max_fraction=0.002)
+    documents = compile_policies(PolicySet((tiny,), policies.excluded_namespaces))
+    names = {v["name"] for v in documents[0]["spec"]["variables"]}
+    assert "common" not in names
+    names = {v["name"] for v in compile_policies(policies)[0]["spec"]["variables"]}
+    assert "common" in names

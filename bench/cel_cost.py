@@ -1,0 +1,172 @@
+"""What gpushare's admission policies cost per pod inside the apiserver, side by side.
+
+Run from the repository root (builds or reuses harness/tools/cel-cost, a few lines of Go on
+k8s.io/apiserver's own admission-policy code, like the harness):
+
+    .venv/bin/python bench/cel_cost.py                       # ~1 minute
+    .venv/bin/python bench/cel_cost.py --policies policies/examples/mps.yaml
+
+For e2e_bench.py's annotated training pod (gpu-fraction "0.5"), in one process, the
+batches of every policy interleaved and the best batch of each reported (microseconds per
+pod; the figure shared-machine noise disturbs least):
+
+- **trivial**: a MutatingAdmissionPolicy with one constant op: the floor of any
+  mutating policy (encoding the pod to JSON, applying the patch, decoding it);
+- **reference**: the webhook's own patch for this pod as constant JSONPatch ops, with no
+  variables or conditions: what a hand-written policy doing exactly this mutation costs;
+- **compiled**: the MutatingAdmissionPolicy ``gpushare compile`` prints, matchConditions
+  included (``--reinvocation IfNeeded`` doubles this: the apiserver calls it again after
+  its own change);
+- **safety net**: the ValidatingAdmissionPolicy ``gpushare webhook-config`` prints,
+  evaluated on the pod as mutated.
+
+Every policy's result is checked first (the compiled and reference policies must produce
+the webhook's pod; the safety net must admit it). Loopback-free, no apiserver; bounded by
+--batches x --batch admissions per policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import yaml  # noqa: E402
+
+from bench.e2e_bench import bench_pod  # noqa: E402
+from webhook.compile import compile_policies  # noqa: E402
+from webhook.core import load_policies  # noqa: E402
+
+TOOL_BUILD = REPO / "harness/tools/cel-cost/build.sh"
+GPUSHARE = [sys.executable, "-m", "webhook.cli"]
+TRIVIAL_OP = {"op": "add", "path": "/metadata/annotations/gpushare.io~1applied", "value": "x"}
+POD_RULES = [
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+]
+
+
+def _gpushare(*args: str) -> str:
+    return subprocess.run(
+        [*GPUSHARE, *args], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def _mutating(name: str, expression: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "matchConstraints": {"resourceRules": POD_RULES},
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}],
+        },
+    }
+
+
+def _constant_ops(patch: list[dict[str, Any]]) -> str:
+    """JSON Patch ops as a CEL list of constant JSONPatch values (JSON is CEL here)."""
+    ops = []
+    for op in patch:
+        fields = [f"op: {json.dumps(op['op'])}", f"path: {json.dumps(op['path'])}"]
+        if "value" in op:
+            fields.append(f"value: {json.dumps(op['value'])}")
+        ops.append("JSONPatch{" + ", ".join(fields) + "}")
+    return "[" + ", ".join(ops) + "]"
+
+
+def write_inputs(directory: Path, policies: Path) -> tuple[list[Path], list[Path], Path, Path]:
+    pod_file = directory / "pod.json"
+    pod_file.write_text(json.dumps(bench_pod("cel-cost")))
+    mutate = ["mutate", "-f", str(pod_file), "-n", "bench", "--policies", str(policies)]
+    mutated = yaml.safe_load(_gpushare(*mutate, "-o", "yaml"))
+    mutated_file = directory / "mutated.json"
+    mutated_file.write_text(json.dumps(mutated))
+    patch = json.loads(_gpushare(*mutate, "-o", "patch"))
+    maps = {
+        "trivial": _mutating("trivial", _constant_ops([TRIVIAL_OP])),
+        "reference": _mutating("reference", _constant_ops(patch)),
+        "compiled": next(
+            d
+            for d in compile_policies(load_policies(policies))
+            if d["kind"] == "MutatingAdmissionPolicy"
+        ),
+    }
+    map_files = []
+    for name, document in maps.items():
+        path = directory / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(document))
+        map_files.append(path)
+    certs = directory / "certs"
+    _gpushare("certs", "--service", "cel-cost", "--namespace", "bench", "--out", str(certs))
+    config = _gpushare(
+        "webhook-config",
+        "--ca",
+        str(certs / "ca.crt"),
+        "--url",
+        "https://127.0.0.1:1",
+        "--policies",
+        str(policies),
+    )
+    net = next(
+        d for d in yaml.safe_load_all(config) if d and d["kind"] == "ValidatingAdmissionPolicy"
+    )
+    net_file = directory / "safety-net.yaml"
+    net_file.write_text(yaml.safe_dump(net))
+    return map_files, [net_file], pod_file, mutated_file
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--policies", type=Path, default=REPO / "policies/default.yaml")
+    parser.add_argument("--batch", type=int, default=300, help="admissions per batch")
+    parser.add_argument("--batches", type=int, default=15, help="batches per policy")
+    args = parser.parse_args(argv)
+    build = subprocess.run([str(TOOL_BUILD)], check=False, capture_output=True, text=True)
+    if build.returncode != 0:
+        print(build.stderr, file=sys.stderr)
+        return 2
+    tool = build.stdout.strip().splitlines()[-1]
+    with tempfile.TemporaryDirectory(prefix="gpushare-cel-cost-") as name:
+        directory = Path(name)
+        maps, vaps, pod, mutated = write_inputs(directory, args.policies)
+        command = [tool, "-pod", str(pod), "-mutated", str(mutated)]
+        for path in maps:
+            command += ["-m", str(path)]
+        for path in vaps:
+            command += ["-v", str(path)]
+        expected = json.loads(mutated.read_text())
+        shown = subprocess.run([*command, "-show"], check=False, capture_output=True, text=True)
+        if shown.returncode != 0:
+            print(shown.stdout + shown.stderr, file=sys.stderr)
+            return 1
+        outputs = [json.loads(line) for line in shown.stdout.splitlines() if line.startswith("{")]
+        for path, output in zip(maps[1:], outputs[1:], strict=True):
+            if output["metadata"]["annotations"] != expected["metadata"]["annotations"] or (
+                output["spec"] != expected["spec"]
+            ):
+                print(f"{path.stem} does not give the webhook's pod", file=sys.stderr)
+                return 1
+        timed = subprocess.run(
+            [*command, "-batch", str(args.batch), "-batches", str(args.batches)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        print(f"per pod, best of {args.batches} batches of {args.batch} ({args.policies}):")
+        for line in timed.stdout.splitlines():
+            value, _, path = line.strip().partition("  ")
+            print(f"  {Path(path).stem:<12} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
