@@ -95,6 +95,22 @@ class SafetyNetSettings:
 
 # -- The objects ----------------------------------------------------------------------------
 
+# One enforced env limit (name -> exact value, or prefix + bound + suffix) and the test of an
+# env entry against it, for record-limits.
+_LIMIT = "variables.limits[name]"
+_DIGITS = f"e.value.substring(size({_LIMIT}.prefix), size(e.value) - size({_LIMIT}.suffix))"
+_ENV_OK = (
+    f"has(e.value) && ('exact' in {_LIMIT} ? e.value == {_LIMIT}.exact : "
+    f"(e.value.startsWith({_LIMIT}.prefix) && e.value.endsWith({_LIMIT}.suffix) && "
+    f"{_DIGITS}.matches('^[0-9]{{1,18}}$') && int({_DIGITS}) <= int({_LIMIT}.bound)))"
+)
+_GPU_ENV = "object.spec.containers[variables.gpuIndex].?env.orValue([])"
+# The same test as limitDrift, without building the list (only the message builds it).
+LIMITS_HELD = (
+    f"variables.limits.all(name, {_GPU_ENV}.exists(e, e.name == name) && "
+    f"{_GPU_ENV}.all(e, e.name != name || ({_ENV_OK})))"
+)
+
 
 def _variables(facts: PolicyFacts) -> list[dict[str, str]]:
     """The named CEL values the checks share; long because each is one line of CEL."""
@@ -107,13 +123,7 @@ def _variables(facts: PolicyFacts) -> list[dict[str, str]]:
         "c.resources.limits) || (has(c.resources.requests) && variables.deniedResource in "
         "c.resources.requests)))"
     )
-    limit = "variables.limits[name]"
-    digits = f"e.value.substring(size({limit}.prefix), size(e.value) - size({limit}.suffix))"
-    env_ok = (
-        f"has(e.value) && ('exact' in {limit} ? e.value == {limit}.exact : "
-        f"(e.value.startsWith({limit}.prefix) && e.value.endsWith({limit}.suffix) && "
-        f"{digits}.matches('^[0-9]{{1,18}}$') && int({digits}) <= int({limit}.bound)))"
-    )
+    limit, env_ok = _LIMIT, _ENV_OK
     pairs = [
         ("podNamespace", "request.namespace"),
         ("annotations", "object.metadata.?annotations.orValue({})"),
@@ -266,7 +276,10 @@ def _validations() -> list[dict[str, str]]:
             "reason": "Forbidden",
         },
         {
-            "expression": "size(variables.selectorDrift) == 0",
+            # The same test as selectorDrift, without building the list (only the message
+            # builds it, on a denial).
+            "expression": "variables.selector.all(k, k in variables.nodeSelector && "
+            "variables.nodeSelector[k] == variables.selector[k])",
             "messageExpression": _changed(
                 [
                     "at /spec/nodeSelector: policy version ",
@@ -279,7 +292,7 @@ def _validations() -> list[dict[str, str]]:
             "reason": "Forbidden",
         },
         {
-            "expression": "size(variables.limitDrift) == 0",
+            "expression": LIMITS_HELD,
             "messageExpression": _changed(
                 [
                     "at ",
