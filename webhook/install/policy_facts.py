@@ -269,6 +269,25 @@ def _limit_literal(limit: EnvLimit) -> str:
     )
 
 
+# One enforced env limit (name -> exact value, or prefix + bound + suffix) and the test of an
+# env entry against it, for record-limits.
+ENV_LIMIT = "variables.limits[name]"
+_ENV_DIGITS = (
+    f"e.value.substring(size({ENV_LIMIT}.prefix), size(e.value) - size({ENV_LIMIT}.suffix))"
+)
+ENV_OK = (
+    f"has(e.value) && ('exact' in {ENV_LIMIT} ? e.value == {ENV_LIMIT}.exact : "
+    f"(e.value.startsWith({ENV_LIMIT}.prefix) && e.value.endsWith({ENV_LIMIT}.suffix) && "
+    f"{_ENV_DIGITS}.matches('^[0-9]{{1,18}}$') && int({_ENV_DIGITS}) <= int({ENV_LIMIT}.bound)))"
+)
+_GPU_ENV = "object.spec.containers[variables.gpuIndex].?env.orValue([])"
+# The same test as limitDrift, without building the list (only the message builds it).
+LIMITS_HELD = (
+    f"variables.limits.all(name, {_GPU_ENV}.exists(e, e.name == name) && "
+    f"{_GPU_ENV}.all(e, e.name != name || ({ENV_OK})))"
+)
+
+
 def limits_literal(facts: PolicyFacts) -> str:
     return cel_map(
         {

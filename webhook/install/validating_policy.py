@@ -49,6 +49,9 @@ from webhook.constants import APPLIED_ANNOTATION, FRACTION_ANNOTATION, REQUEST_A
 from webhook.core import KAI_SCHEDULER, PolicySet
 from webhook.errors import GpushareError
 from webhook.install.policy_facts import (
+    ENV_LIMIT,
+    ENV_OK,
+    LIMITS_HELD,
     POOL_MODES,
     WHOLE_GPU_KEY,
     PolicyFacts,
@@ -95,22 +98,6 @@ class SafetyNetSettings:
 
 # -- The objects ----------------------------------------------------------------------------
 
-# One enforced env limit (name -> exact value, or prefix + bound + suffix) and the test of an
-# env entry against it, for record-limits.
-_LIMIT = "variables.limits[name]"
-_DIGITS = f"e.value.substring(size({_LIMIT}.prefix), size(e.value) - size({_LIMIT}.suffix))"
-_ENV_OK = (
-    f"has(e.value) && ('exact' in {_LIMIT} ? e.value == {_LIMIT}.exact : "
-    f"(e.value.startsWith({_LIMIT}.prefix) && e.value.endsWith({_LIMIT}.suffix) && "
-    f"{_DIGITS}.matches('^[0-9]{{1,18}}$') && int({_DIGITS}) <= int({_LIMIT}.bound)))"
-)
-_GPU_ENV = "object.spec.containers[variables.gpuIndex].?env.orValue([])"
-# The same test as limitDrift, without building the list (only the message builds it).
-LIMITS_HELD = (
-    f"variables.limits.all(name, {_GPU_ENV}.exists(e, e.name == name) && "
-    f"{_GPU_ENV}.all(e, e.name != name || ({_ENV_OK})))"
-)
-
 
 def _variables(facts: PolicyFacts) -> list[dict[str, str]]:
     """The named CEL values the checks share; long because each is one line of CEL."""
@@ -123,7 +110,7 @@ def _variables(facts: PolicyFacts) -> list[dict[str, str]]:
         "c.resources.limits) || (has(c.resources.requests) && variables.deniedResource in "
         "c.resources.requests)))"
     )
-    limit, env_ok = _LIMIT, _ENV_OK
+    limit, env_ok = ENV_LIMIT, ENV_OK
     pairs = [
         ("podNamespace", "request.namespace"),
         ("annotations", "object.metadata.?annotations.orValue({})"),
