@@ -77,9 +77,10 @@ def _identity(content: Mapping[str, Any]) -> tuple[str, str | None, str]:
     )
 
 
-def _group(content: Mapping[str, Any]) -> str | None:
+def document_group(content: Mapping[str, Any]) -> str | None:
     """The document's API group; without an apiVersion, the group gpushare knows its kind
-    by (kubectl would ask for the apiVersion; the verdict does not depend on it)."""
+    by (kubectl would ask for the apiVersion; the verdict does not depend on it). Also how
+    ``gpushare plan`` reads documents."""
     group = api_group(content.get("apiVersion"))
     if group is None and "apiVersion" not in content:
         kind = content.get("kind")
@@ -89,7 +90,7 @@ def _group(content: Mapping[str, Any]) -> str | None:
 
 
 def _is_pod(content: Mapping[str, Any]) -> bool:
-    return content.get("kind") == "Pod" and _group(content) == ""
+    return content.get("kind") == "Pod" and document_group(content) == ""
 
 
 def _untouched_note(content: Mapping[str, Any], kind: str) -> str:
@@ -123,7 +124,7 @@ def _check(
         kind = type(content).__name__
         return Checked(document, "", None, "", UNTOUCHED, result=content, note=f"a {kind}")
     kind, own_namespace, name = _identity(content)
-    workload = workload_kind(_group(content), kind)
+    workload = workload_kind(document_group(content), kind)
     if workload is None and not _is_pod(content):
         note = _untouched_note(content, kind)
         return Checked(document, kind, own_namespace, name, UNTOUCHED, result=content, note=note)
@@ -197,7 +198,7 @@ def manifest_problems(document: Document, namespace: str | None = None) -> list[
     if not isinstance(content, dict):
         return []
     kind, own_namespace, name = _identity(content)
-    workload = workload_kind(_group(content), kind)
+    workload = workload_kind(document_group(content), kind)
     if workload is None and not _is_pod(content):
         return []
     problems = _metadata_problems(content.get("metadata"), "")

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.core import WORKLOAD_KINDS, WorkloadKind, api_group, workload_kind
+from webhook.core import WorkloadKind, workload_kind
 from webhook.errors import ManifestError
 from webhook.manifest import Document, read_manifests
-from webhook.offline import manifest_problems
+from webhook.offline import document_group, manifest_problems
 from webhook.plan.workload import Workload
 
 # More pods than this from one workload is a typo or hostile input, not a team's mix.
@@ -66,7 +66,7 @@ def _workload(document: Document, namespace: str | None) -> Workload | None:
     if not isinstance(content, dict):
         return None
     kind_name = content.get("kind")
-    group = _group(content)
+    group = document_group(content)
     kind = workload_kind(group, kind_name)
     if kind is None and not (kind_name == "Pod" and group == ""):
         return None
@@ -80,17 +80,6 @@ def _workload(document: Document, namespace: str | None) -> Workload | None:
     if kind is not None and kind.kind == "DaemonSet":
         note = f"{label} runs one pod on each node it selects; counted as one pod"
     return Workload(label, str(where), content, count, source, kind, note)
-
-
-def _group(content: Mapping[str, Any]) -> str | None:
-    """The API group; without an apiVersion, the group gpushare knows the kind by (as
-    ``gpushare mutate`` reads such documents)."""
-    group = api_group(content.get("apiVersion"))
-    if group is None and "apiVersion" not in content:
-        kind = content.get("kind")
-        known = [k.group for k in WORKLOAD_KINDS if k.kind == kind]
-        return known[0] if known else "" if kind == "Pod" else None
-    return group
 
 
 def read_workloads(
