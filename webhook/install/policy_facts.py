@@ -281,11 +281,13 @@ ENV_OK = (
     f"{_ENV_DIGITS}.matches('^[0-9]{{1,18}}$') && int({_ENV_DIGITS}) <= int({ENV_LIMIT}.bound)))"
 )
 _GPU_ENV = "object.spec.containers[variables.gpuIndex].?env.orValue([])"
-# The same test as limitDrift, without building the list (only the message builds it).
-LIMITS_HELD = (
-    f"variables.limits.all(name, {_GPU_ENV}.exists(e, e.name == name) && "
-    f"{_GPU_ENV}.all(e, e.name != name || ({ENV_OK})))"
+# record-limits and record-node-selector: one entry (``name``, ``k``) as the policy set it.
+# The checks test every entry with all(); the drift lists (the denial's message) keep the
+# entries where it fails.
+LIMIT_HELD = (
+    f"{_GPU_ENV}.exists(e, e.name == name) && {_GPU_ENV}.all(e, e.name != name || ({ENV_OK}))"
 )
+SELECTOR_HELD = "k in variables.nodeSelector && variables.nodeSelector[k] == variables.selector[k]"
 
 
 def limits_literal(facts: PolicyFacts) -> str:

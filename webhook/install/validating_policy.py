@@ -50,9 +50,9 @@ from webhook.core import KAI_SCHEDULER, PolicySet
 from webhook.errors import GpushareError
 from webhook.install.policy_facts import (
     ENV_LIMIT,
-    ENV_OK,
-    LIMITS_HELD,
+    LIMIT_HELD,
     POOL_MODES,
+    SELECTOR_HELD,
     WHOLE_GPU_KEY,
     PolicyFacts,
     cel_list,
@@ -110,7 +110,7 @@ def _variables(facts: PolicyFacts) -> list[dict[str, str]]:
         "c.resources.limits) || (has(c.resources.requests) && variables.deniedResource in "
         "c.resources.requests)))"
     )
-    limit, env_ok = ENV_LIMIT, ENV_OK
+    limit = ENV_LIMIT
     pairs = [
         ("podNamespace", "request.namespace"),
         ("annotations", "object.metadata.?annotations.orValue({})"),
@@ -166,9 +166,8 @@ def _variables(facts: PolicyFacts) -> list[dict[str, str]]:
         ),
         (
             "selectorDrift",
-            "variables.selector.filter(k, !(k in variables.nodeSelector) || "
-            "variables.nodeSelector[k] != variables.selector[k]).map(k, k + '=' + "
-            "variables.selector[k])",
+            f"variables.selector.filter(k, !({SELECTOR_HELD}))"
+            ".map(k, k + '=' + variables.selector[k])",
         ),
         (
             "limits",
@@ -177,10 +176,7 @@ def _variables(facts: PolicyFacts) -> list[dict[str, str]]:
         ),
         (
             "limitDrift",
-            "variables.limits.filter(name, "
-            "!object.spec.containers[variables.gpuIndex].?env.orValue([]).exists(e, e.name == name)"
-            " || !object.spec.containers[variables.gpuIndex].?env.orValue([])"
-            f".all(e, e.name != name || ({env_ok})))"
+            f"variables.limits.filter(name, !({LIMIT_HELD}))"
             f".map(name, 'exact' in {limit} ? name + '=' + {limit}.exact : "
             f"name + ' at most ' + {limit}.prefix + {limit}.bound + {limit}.suffix)",
         ),
@@ -263,10 +259,7 @@ def _validations() -> list[dict[str, str]]:
             "reason": "Forbidden",
         },
         {
-            # The same test as selectorDrift, without building the list (only the message
-            # builds it, on a denial).
-            "expression": "variables.selector.all(k, k in variables.nodeSelector && "
-            "variables.nodeSelector[k] == variables.selector[k])",
+            "expression": f"variables.selector.all(k, {SELECTOR_HELD})",
             "messageExpression": _changed(
                 [
                     "at /spec/nodeSelector: policy version ",
@@ -279,7 +272,7 @@ def _validations() -> list[dict[str, str]]:
             "reason": "Forbidden",
         },
         {
-            "expression": LIMITS_HELD,
+            "expression": f"variables.limits.all(name, {LIMIT_HELD})",
             "messageExpression": _changed(
                 [
                     "at ",
