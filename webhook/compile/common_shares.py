@@ -19,12 +19,7 @@ from dataclasses import dataclass
 
 from webhook.compile import cel
 from webhook.compile.pod_cel import V, s
-from webhook.constants import (
-    CONTAINER_ANNOTATION,
-    DEVICES_ANNOTATION,
-    FRACTION_ANNOTATION,
-    MEMORY_ANNOTATION,
-)
+from webhook.constants import DEVICES_ANNOTATION, FRACTION_ANNOTATION
 from webhook.core import Placement, Policy, format_fraction, place_request, read_request
 
 # Hundredths (0.01 .. 0.99) and the eighths, sixteenths, thirds and sixths people write.
@@ -99,8 +94,8 @@ def decide_common_shares(
         return f"{{{entries}}}[{V}ft]"
 
     known = (
-        f"{V}hf && !({s(MEMORY_ANNOTATION)} in {V}a) && !({s(CONTAINER_ANNOTATION)} in {V}a) "
-        f"&& !({s(DEVICES_ANNOTATION)} in {V}a) && {V}ft in {cel.strings(x.text for x in shares)}"
+        f"{V}hf && !{V}hm && !{V}hc && !({s(DEVICES_ANNOTATION)} in {V}a) && "
+        f"{V}ft in {cel.strings(x.text for x in shares)}"
     )
     decided = {
         "fp": "''",

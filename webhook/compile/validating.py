@@ -13,8 +13,8 @@ on pods carrying the ``gpushare.io/denied`` label the mutating policy puts besid
 
 Where a policy denies asking for its shared resource by hand (``directResourceRequests:
 deny``), a pod without the annotations that does so is refused the same way: the policy's
-mutating policy also matches it (``asks_by_hand``) and writes the webhook's sentence
-(``asks_by_hand_refusal``) into ``gpushare.io/denied``. A validating policy of its own would
+mutating policy also matches it (``with_asks_by_hand``) and writes the webhook's sentence
+(``refused_by_hand``) into ``gpushare.io/denied``. A validating policy of its own would
 cost every pod create in the cluster a second CEL evaluation, annotated pods included; the
 mutating policy's matchConditions are evaluated for every pod anyway. The check sees the pod
 as created, before any mutating webhook (mutating policies run first): a resource added by
