@@ -41,21 +41,14 @@ sys.path.insert(0, str(REPO))
 import yaml  # noqa: E402
 
 from bench.e2e_bench import bench_pod  # noqa: E402
+from harness.binary import HarnessBuildError, run_build_script  # noqa: E402
+from harness.cli import gpushare, webhook_configuration, write_certificates  # noqa: E402
 from webhook.compile import compile_policies  # noqa: E402
+from webhook.compile.pod_cel import match_constraints  # noqa: E402
 from webhook.core import load_policies  # noqa: E402
 
 TOOL_BUILD = REPO / "harness/tools/cel-cost/build.sh"
-GPUSHARE = [sys.executable, "-m", "webhook.cli"]
 TRIVIAL_OP = {"op": "add", "path": "/metadata/annotations/gpushare.io~1applied", "value": "x"}
-POD_RULES = [
-    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
-]
-
-
-def _gpushare(*args: str) -> str:
-    return subprocess.run(
-        [*GPUSHARE, *args], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout
 
 
 def _mutating(name: str, expression: str) -> dict[str, Any]:
@@ -64,7 +57,7 @@ def _mutating(name: str, expression: str) -> dict[str, Any]:
         "kind": "MutatingAdmissionPolicy",
         "metadata": {"name": name},
         "spec": {
-            "matchConstraints": {"resourceRules": POD_RULES},
+            "matchConstraints": match_constraints(),
             "failurePolicy": "Fail",
             "reinvocationPolicy": "Never",
             "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}],
@@ -87,10 +80,10 @@ def write_inputs(directory: Path, policies: Path) -> tuple[list[Path], list[Path
     pod_file = directory / "pod.json"
     pod_file.write_text(json.dumps(bench_pod("cel-cost")))
     mutate = ["mutate", "-f", str(pod_file), "-n", "bench", "--policies", str(policies)]
-    mutated = yaml.safe_load(_gpushare(*mutate, "-o", "yaml"))
+    mutated = yaml.safe_load(gpushare(*mutate, "-o", "yaml").stdout)
     mutated_file = directory / "mutated.json"
     mutated_file.write_text(json.dumps(mutated))
-    patch = json.loads(_gpushare(*mutate, "-o", "patch"))
+    patch = json.loads(gpushare(*mutate, "-o", "patch").stdout)
     maps = {
         "trivial": _mutating("trivial", _constant_ops([TRIVIAL_OP])),
         "reference": _mutating("reference", _constant_ops(patch)),
@@ -105,19 +98,13 @@ def write_inputs(directory: Path, policies: Path) -> tuple[list[Path], list[Path
         path = directory / f"{name}.yaml"
         path.write_text(yaml.safe_dump(document))
         map_files.append(path)
-    certs = directory / "certs"
-    _gpushare("certs", "--service", "cel-cost", "--namespace", "bench", "--out", str(certs))
-    config = _gpushare(
-        "webhook-config",
-        "--ca",
-        str(certs / "ca.crt"),
-        "--url",
-        "https://127.0.0.1:1",
-        "--policies",
-        str(policies),
-    )
+    certs = write_certificates(directory / "certs", service="cel-cost")
     net = next(
-        d for d in yaml.safe_load_all(config) if d and d["kind"] == "ValidatingAdmissionPolicy"
+        d
+        for d in webhook_configuration(
+            certs / "ca.crt", "https://127.0.0.1:1", "--policies", str(policies)
+        )
+        if d["kind"] == "ValidatingAdmissionPolicy"
     )
     net_file = directory / "safety-net.yaml"
     net_file.write_text(yaml.safe_dump(net))
@@ -130,15 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=300, help="admissions per batch")
     parser.add_argument("--batches", type=int, default=15, help="batches per policy")
     args = parser.parse_args(argv)
-    build = subprocess.run([str(TOOL_BUILD)], check=False, capture_output=True, text=True)
-    if build.returncode != 0:
-        print(build.stderr, file=sys.stderr)
+    try:
+        tool = run_build_script(TOOL_BUILD, "tools/cel-cost/build.sh", HarnessBuildError, 900.0)
+    except HarnessBuildError as exc:
+        print(exc, file=sys.stderr)
         return 2
-    tool = build.stdout.strip().splitlines()[-1]
     with tempfile.TemporaryDirectory(prefix="gpushare-cel-cost-") as name:
         directory = Path(name)
         maps, vaps, pod, mutated = write_inputs(directory, args.policies)
-        command = [tool, "-pod", str(pod), "-mutated", str(mutated)]
+        command = [str(tool), "-pod", str(pod), "-mutated", str(mutated)]
         for path in maps:
             command += ["-m", str(path)]
         for path in vaps:

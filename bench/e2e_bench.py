@@ -44,7 +44,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -63,7 +62,7 @@ from kubernetes import client as k8s  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from harness.api import ensure_namespace  # noqa: E402
-from harness.binary import HarnessBuildError, build_binary  # noqa: E402
+from harness.binary import HarnessBuildError, build_binary, run_build_script  # noqa: E402
 from harness.controlplane import ControlPlane  # noqa: E402
 from harness.processes import LOOPBACK, free_ports, terminate  # noqa: E402
 from harness.registration import GpushareWebhook, unregistered  # noqa: E402
@@ -82,6 +81,7 @@ SHIPPED_OVER_NOOP = 3.0
 COMPILED_OVER_NOOP_C1 = 1.25
 COMPILED_OVER_SHIPPED = 0.6
 NOOP_BUILD = REPO / "harness/tools/noop-webhook/build.sh"
+NOOP_BUILD_TIMEOUT_S = 600.0
 NOOP_NAME = "noop.bench.gpushare.io"
 
 
@@ -392,12 +392,13 @@ class NoopWebhook:
     """The no-op Go webhook, served over TLS on loopback and registered for pods."""
 
     def __init__(self, workdir: Path, cert_dir: Path) -> None:
-        build = subprocess.run([str(NOOP_BUILD)], capture_output=True, text=True, check=True)
-        binary = build.stdout.strip().splitlines()[-1]
+        binary = run_build_script(
+            NOOP_BUILD, "tools/noop-webhook/build.sh", HarnessBuildError, NOOP_BUILD_TIMEOUT_S
+        )
         self.port = free_ports(1)[0]
         self.cert_dir = cert_dir
         command = [
-            binary,
+            str(binary),
             "-addr",
             f"{LOOPBACK}:{self.port}",
             "-cert",
