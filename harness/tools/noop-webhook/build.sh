@@ -1,26 +1,11 @@
 #!/usr/bin/env bash
 # Builds the no-op admission webhook (bench/e2e_bench.py's floor) into a content-addressed
 # cache outside the repository and prints the binary's path on the last line of stdout, like
-# harness/build.sh. Standard library only: no module download.
+# harness/build.sh (../build-go-tool.sh does it). Standard library only: no module download.
 #
 #   GPUSHARE_NOOP_WEBHOOK_DIR  cache directory (default: $HOME/.cache/gpushare-noop-webhook)
 #   GO                         go command (default: go on PATH, else /usr/local/go/bin/go)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-cd "$here"
-go_cmd="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
-cache_dir="${GPUSHARE_NOOP_WEBHOOK_DIR:-$HOME/.cache/gpushare-noop-webhook}"
-key="$(LC_ALL=C; cat go.mod ./*.go build.sh | sha256sum | cut -c1-16)"
-out="$cache_dir/noop-webhook-$key"
-if [ -x "$out" ]; then
-  echo "$out"
-  exit 0
-fi
-mkdir -p "$cache_dir"
-tmp="$(mktemp "$cache_dir/.noop-webhook-$key.XXXXXX")"
-trap 'rm -f "$tmp"' EXIT
-CGO_ENABLED=0 GOFLAGS=-mod=mod "$go_cmd" build -trimpath -ldflags "-s -w" -o "$tmp" .
-chmod +x "$tmp"
-mv "$tmp" "$out"
-trap - EXIT
-echo "$out"
+exec "$here/../build-go-tool.sh" "$here" \
+  "${GPUSHARE_NOOP_WEBHOOK_DIR:-$HOME/.cache/gpushare-noop-webhook}"
