@@ -54,13 +54,19 @@ func fail(err error) {
 	}
 }
 
-func readPod(path string) *corev1.Pod {
+// load reads a YAML or JSON file into a new T.
+func load[T any](path string) *T {
 	data, err := os.ReadFile(path)
 	fail(err)
-	var pod corev1.Pod
-	fail(json.Unmarshal(data, &pod))
+	var value T
+	fail(yaml.Unmarshal(data, &value))
+	return &value
+}
+
+func readPod(path string) *corev1.Pod {
+	pod := load[corev1.Pod](path)
 	pod.Namespace = "bench"
-	return &pod
+	return pod
 }
 
 func attributes(pod *corev1.Pod) *admission.VersionedAttributes {
@@ -99,10 +105,7 @@ func matcher(c *plugincel.CompositedCompiler, conditions []admissionregistration
 
 // mutating: one admission of pod by the policy in path (match, variables, patch, apply).
 func mutating(path string, pod *corev1.Pod, show bool) func() {
-	data, err := os.ReadFile(path)
-	fail(err)
-	var policy admissionregistrationv1.MutatingAdmissionPolicy
-	fail(yaml.Unmarshal(data, &policy))
+	policy := load[admissionregistrationv1.MutatingAdmissionPolicy](path)
 	c := compiler(policy.Spec.Variables)
 	match := matcher(c, policy.Spec.MatchConditions, policy.Name)
 	patchOptions := options
@@ -141,10 +144,7 @@ func mutating(path string, pod *corev1.Pod, show bool) func() {
 
 // validating: one admission of pod by the policy in path (match, variables, validations).
 func validatingPolicy(path string, pod *corev1.Pod, show bool) func() {
-	data, err := os.ReadFile(path)
-	fail(err)
-	var policy admissionregistrationv1.ValidatingAdmissionPolicy
-	fail(yaml.Unmarshal(data, &policy))
+	policy := load[admissionregistrationv1.ValidatingAdmissionPolicy](path)
 	c := compiler(policy.Spec.Variables)
 	checks := make([]plugincel.ExpressionAccessor, len(policy.Spec.Validations))
 	messages := make([]plugincel.ExpressionAccessor, len(policy.Spec.Validations))
