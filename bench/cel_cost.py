@@ -5,6 +5,7 @@ k8s.io/apiserver's own admission-policy code, like the harness):
 
     .venv/bin/python bench/cel_cost.py                       # ~1 minute
     .venv/bin/python bench/cel_cost.py --policies policies/examples/mps.yaml
+    .venv/bin/python bench/cel_cost.py --only compiled --cpuprofile /tmp/compiled.pprof
 
 For e2e_bench.py's annotated training pod (gpu-fraction "0.5"), in one process, the
 batches of every policy interleaved and the best batch of each reported (microseconds per
@@ -33,47 +34,20 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import yaml  # noqa: E402
 
-from bench.e2e_bench import bench_pod  # noqa: E402
+from bench.e2e_bench import bench_pod, constant_ops, mutating_policy  # noqa: E402
 from harness.binary import HarnessBuildError, run_build_script  # noqa: E402
 from harness.cli import gpushare, webhook_configuration, write_certificates  # noqa: E402
 from webhook.compile import compile_policies  # noqa: E402
-from webhook.compile.pod_cel import match_constraints  # noqa: E402
 from webhook.core import load_policies  # noqa: E402
 
 TOOL_BUILD = REPO / "harness/tools/cel-cost/build.sh"
 TRIVIAL_OP = {"op": "add", "path": "/metadata/annotations/gpushare.io~1applied", "value": "x"}
-
-
-def _mutating(name: str, expression: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "matchConstraints": match_constraints(),
-            "failurePolicy": "Fail",
-            "reinvocationPolicy": "Never",
-            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}],
-        },
-    }
-
-
-def _constant_ops(patch: list[dict[str, Any]]) -> str:
-    """JSON Patch ops as a CEL list of constant JSONPatch values (JSON is CEL here)."""
-    ops = []
-    for op in patch:
-        fields = [f"op: {json.dumps(op['op'])}", f"path: {json.dumps(op['path'])}"]
-        if "value" in op:
-            fields.append(f"value: {json.dumps(op['value'])}")
-        ops.append("JSONPatch{" + ", ".join(fields) + "}")
-    return "[" + ", ".join(ops) + "]"
 
 
 def write_inputs(directory: Path, policies: Path) -> tuple[list[Path], list[Path], Path, Path]:
@@ -85,8 +59,8 @@ def write_inputs(directory: Path, policies: Path) -> tuple[list[Path], list[Path
     mutated_file.write_text(json.dumps(mutated))
     patch = json.loads(gpushare(*mutate, "-o", "patch").stdout)
     maps = {
-        "trivial": _mutating("trivial", _constant_ops([TRIVIAL_OP])),
-        "reference": _mutating("reference", _constant_ops(patch)),
+        "trivial": mutating_policy("trivial", constant_ops([TRIVIAL_OP])),
+        "reference": mutating_policy("reference", constant_ops(patch)),
         "compiled": next(
             d
             for d in compile_policies(load_policies(policies))
@@ -116,6 +90,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", type=Path, default=REPO / "policies/default.yaml")
     parser.add_argument("--batch", type=int, default=300, help="admissions per batch")
     parser.add_argument("--batches", type=int, default=15, help="batches per policy")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=("trivial", "reference", "compiled", "safety-net"),
+        help="time only this policy (repeat; each is still checked first)",
+    )
+    parser.add_argument(
+        "--cpuprofile",
+        type=Path,
+        help="write a Go CPU profile of the timed batches (go tool pprof)",
+    )
     args = parser.parse_args(argv)
     try:
         tool = run_build_script(TOOL_BUILD, "tools/cel-cost/build.sh", HarnessBuildError, 900.0)
@@ -142,16 +127,23 @@ def main(argv: list[str] | None = None) -> int:
             ):
                 print(f"{path.stem} does not give the webhook's pod", file=sys.stderr)
                 return 1
+        timed_command = [str(tool), "-pod", str(pod), "-mutated", str(mutated)]
+        for flag, paths in (("-m", maps), ("-v", vaps)):
+            for path in paths:
+                if not args.only or path.stem in args.only:
+                    timed_command += [flag, str(path)]
+        if args.cpuprofile:
+            timed_command += ["-cpuprofile", str(args.cpuprofile.resolve())]
         timed = subprocess.run(
-            [*command, "-batch", str(args.batch), "-batches", str(args.batches)],
+            [*timed_command, "-batch", str(args.batch), "-batches", str(args.batches)],
             capture_output=True,
             text=True,
             check=True,
         )
         print(f"per pod, best of {args.batches} batches of {args.batch} ({args.policies}):")
         for line in timed.stdout.splitlines():
-            value, _, path = line.strip().partition("  ")
-            print(f"  {Path(path).stem:<12} {value}")
+            value, _, timed_path = line.strip().partition("  ")
+            print(f"  {Path(timed_path).stem:<12} {value}")
     return 0
 
 

@@ -61,13 +61,15 @@ import yaml  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from harness.api import ensure_namespace  # noqa: E402
+from harness.api import create_pod, ensure_namespace  # noqa: E402
 from harness.binary import HarnessBuildError, build_binary, run_build_script  # noqa: E402
+from harness.cli import gpushare  # noqa: E402
 from harness.controlplane import ControlPlane  # noqa: E402
 from harness.processes import LOOPBACK, free_ports, terminate  # noqa: E402
 from harness.registration import GpushareWebhook, unregistered  # noqa: E402
 from harness.webhookserver import WebhookServer, start_logged_process  # noqa: E402
 from webhook.compile import compile_policies  # noqa: E402
+from webhook.compile.pod_cel import match_constraints  # noqa: E402
 from webhook.constants import APPLIED_ANNOTATION  # noqa: E402
 from webhook.core import load_policies  # noqa: E402
 
@@ -75,7 +77,8 @@ NAMESPACE = "bench"
 PROBE_NAMESPACE = "bench-probe"
 WARMUP_CREATES = 20
 REQUEST_TIMEOUT_S = 30.0
-MODES = ("none", "noop", "shipped", "compiled")
+MODES = ("none", "noop", "reference", "shipped", "compiled")
+REFERENCE_NAME = "reference.bench.gpushare.io"
 # Targets of issue 11, on what each mode adds over "none" at p50.
 SHIPPED_OVER_NOOP = 3.0
 COMPILED_OVER_NOOP_C1 = 1.25
@@ -112,6 +115,56 @@ def bench_pod(name: str) -> dict[str, Any]:
             "volumes": [{"name": "data", "emptyDir": {}}],
         },
     }
+
+
+def constant_ops(patch: list[dict[str, Any]]) -> str:
+    """JSON Patch ops as a CEL list of constant JSONPatch values (JSON is CEL here)."""
+    ops = []
+    for op in patch:
+        fields = [f"op: {json.dumps(op['op'])}", f"path: {json.dumps(op['path'])}"]
+        if "value" in op:
+            fields.append(f"value: {json.dumps(op['value'])}")
+        ops.append("JSONPatch{" + ", ".join(fields) + "}")
+    return "[" + ", ".join(ops) + "]"
+
+
+def mutating_policy(name: str, expression: str) -> dict[str, Any]:
+    """A MutatingAdmissionPolicy for pod creates applying one JSONPatch ``expression``."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "matchConstraints": match_constraints(),
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}],
+        },
+    }
+
+
+def reference_documents(policies: Path) -> list[dict[str, Any]]:
+    """The hand-written limit for a policy: the webhook's own patch of the bench pod as
+    constant ops (no variables, no conditions), bound to the bench namespace only."""
+    with tempfile.TemporaryDirectory(prefix="gpushare-reference-") as name:
+        pod_file = Path(name) / "pod.json"
+        pod_file.write_text(json.dumps(bench_pod("reference")))
+        command = ["mutate", "-f", str(pod_file), "-n", NAMESPACE, "--policies", str(policies)]
+        patch = json.loads(gpushare(*command, "-o", "patch").stdout)
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": REFERENCE_NAME},
+        "spec": {
+            "policyName": REFERENCE_NAME,
+            "matchResources": {
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": NAMESPACE},
+                }
+            },
+        },
+    }
+    return [mutating_policy(REFERENCE_NAME, constant_ops(patch)), binding]
 
 
 # -- load ------------------------------------------------------------------------------------
@@ -346,7 +399,7 @@ def report(cells: list[Cell], concurrencies: Sequence[int]) -> tuple[bool, list[
             noop = extra["noop"]
             parts = [
                 f"{mode} +{extra[mode]:.2f} ms ({times(extra[mode], noop):.2f}x)"
-                for mode in ("noop", "shipped", "compiled")
+                for mode in ("noop", "reference", "shipped", "compiled")
             ]
             lines.append(f"  c={concurrency} {name}: " + ", ".join(parts))
         extra = added(cells, concurrency, 0.5)
@@ -449,24 +502,36 @@ def kubectl_delete(plane: ControlPlane, documents: Sequence[dict[str, Any]]) -> 
     plane.kubectl("delete", "--ignore-not-found", "-f", "-", input=yaml.safe_dump_all(documents))
 
 
-def measure(
-    plane: ControlPlane,
-    server: WebhookServer,
-    noop: NoopWebhook,
-    concurrencies: Sequence[int],
-    rounds: int,
-    count: int,
-    deadline: float,
-) -> Run:
-    core = k8s.CoreV1Api(plane.api)
-    for name in (NAMESPACE, PROBE_NAMESPACE):
-        ensure_namespace(core, name)
+Switch = Callable[[], None]
+
+
+def mode_switches(
+    plane: ControlPlane, server: WebhookServer, noop: NoopWebhook
+) -> tuple[dict[str, Switch], dict[str, Switch]]:
+    """What puts each mode in force and takes it out again, each waiting until it has."""
     webhook = GpushareWebhook(server, plane.api, PROBE_NAMESPACE)
     compiled = compile_policies(load_policies(server.policies))
     noop_documents = [noop.configuration()]
+    reference = reference_documents(server.policies)
 
-    def none() -> None:
-        webhook.unregister()
+    def reference_in_force(expected: bool) -> None:
+        # A dry run of the bench pod itself: the reference's constant ops fit only its shape.
+        until = time.monotonic() + 30.0
+        while time.monotonic() < until:
+            pod = bench_pod(f"probe-{uuid.uuid4().hex[:8]}")
+            answer = create_pod(plane.api, NAMESPACE, pod, dry_run=True).pod
+            if (APPLIED_ANNOTATION in answer["metadata"].get("annotations", {})) == expected:
+                return
+            time.sleep(0.2)
+        raise SystemExit(f"the reference policy did not come {'on' if expected else 'off'}")
+
+    def with_reference() -> None:
+        kubectl_apply(plane, reference)
+        reference_in_force(True)
+
+    def without_reference() -> None:
+        kubectl_delete(plane, reference)
+        reference_in_force(False)
 
     def with_noop() -> None:
         kubectl_apply(plane, noop_documents)
@@ -484,18 +549,36 @@ def measure(
         kubectl_delete(plane, compiled)
         webhook.wait(unregistered, "the compiled policies to be gone")
 
-    switch_on: dict[str, Callable[[], None]] = {
+    switch_on: dict[str, Switch] = {
         "none": lambda: None,
         "noop": with_noop,
+        "reference": with_reference,
         "shipped": webhook.register,
         "compiled": with_compiled,
     }
-    switch_off: dict[str, Callable[[], None]] = {
+    switch_off: dict[str, Switch] = {
         "none": lambda: None,
         "noop": without_noop,
+        "reference": without_reference,
         "shipped": webhook.unregister,
         "compiled": without_compiled,
     }
+    return switch_on, switch_off
+
+
+def measure(
+    plane: ControlPlane,
+    server: WebhookServer,
+    noop: NoopWebhook,
+    concurrencies: Sequence[int],
+    rounds: int,
+    count: int,
+    deadline: float,
+) -> Run:
+    core = k8s.CoreV1Api(plane.api)
+    for name in (NAMESPACE, PROBE_NAMESPACE):
+        ensure_namespace(core, name)
+    switch_on, switch_off = mode_switches(plane, server, noop)
     run = Run()
     # Each round runs every mode at one concurrency before the next concurrency: a burst at
     # concurrency 8 leaves the apiserver with garbage to collect, which would otherwise land

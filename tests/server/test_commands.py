@@ -105,6 +105,10 @@ def test_settings_errors_name_the_variable() -> None:
     base = {"GPUSHARE_TLS_CERT": "c", "GPUSHARE_TLS_KEY": "k", "GPUSHARE_POLICIES": "p"}
     with pytest.raises(SettingsError, match="GPUSHARE_PORT"):
         ServeSettings.from_environ({**base, "GPUSHARE_PORT": "zero"})
+    with pytest.raises(SettingsError, match="GPUSHARE_LOOP_ANSWER_MAX_BYTES='-1' must be 0 or"):
+        ServeSettings.from_environ({**base, "GPUSHARE_LOOP_ANSWER_MAX_BYTES": "-1"})
+    every_request_to_a_thread = {**base, "GPUSHARE_LOOP_ANSWER_MAX_BYTES": "0"}
+    assert ServeSettings.from_environ(every_request_to_a_thread).loop_answer_max_bytes == 0
 
 
 def test_serve_flags_reach_the_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -46,12 +46,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         yield running
 
 
-def _tcp(server: RunningServer) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", server.port), timeout=10)
+def _tcp(server: RunningServer, receive_buffer: int | None = None) -> socket.socket:
+    connection = socket.socket()
+    if receive_buffer is not None:
+        # Set before connecting: a fixed buffer, not one the kernel grows (up to 32 MiB on
+        # some kernels, which would take in every answer a test means to leave unread).
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    connection.settimeout(10)
+    connection.connect(("127.0.0.1", server.port))
+    return connection
 
 
-def _tls(server: RunningServer) -> ssl.SSLSocket:
-    return server.context().wrap_socket(_tcp(server), server_hostname="127.0.0.1")
+def _tls(server: RunningServer, receive_buffer: int | None = None) -> ssl.SSLSocket:
+    return server.context().wrap_socket(_tcp(server, receive_buffer), server_hostname="127.0.0.1")
 
 
 def _client_hello(server: RunningServer) -> bytes:
@@ -144,7 +151,13 @@ def test_a_flood_past_the_connection_cap_pushes_out_the_oldest(tmp_path: Path) -
                 connection.close()
 
 
-def test_a_client_that_stops_reading_answers_loses_its_thread(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loop_answer_max_bytes", ["0", "65536"], ids=["threads", "loop"])
+def test_a_client_that_stops_reading_answers_is_cut_off(
+    tmp_path: Path, loop_answer_max_bytes: str
+) -> None:
+    """Answered by a thread, the write blocks that thread until its deadline shuts the
+    socket; answered in the loop, the rest of the answer waits in the loop, which goes on
+    serving others, until the same deadline closes the connection."""
     with running_server(
         tmp_path,
         "--workers",
@@ -153,13 +166,15 @@ def test_a_client_that_stops_reading_answers_loses_its_thread(tmp_path: Path) ->
         "1",
         "--request-read-timeout",
         str(READ_TIMEOUT),
+        "--loop-answer-max-bytes",
+        loop_answer_max_bytes,
     ) as single:
-        greedy = _tls(single)
-        # Pipelined requests whose answers (several MiB in all) fill both socket buffers:
-        # the one thread blocks writing until the server gives up on this client.
-        greedy.sendall(b"GET /metrics HTTP/1.1\r\nHost: webhook\r\n\r\n" * 6000)
+        greedy = _tls(single, receive_buffer=64 * 1024)
+        # Pipelined requests whose answers (about 30 MiB in all) fill both socket buffers:
+        # the one thread (or the loop's answer) waits until the server gives up on this client.
+        greedy.sendall(b"GET /metrics HTTP/1.1\r\nHost: webhook\r\n\r\n" * PIPELINED)
         try:
-            time.sleep(1.5)  # the buffers fill and the thread blocks
+            time.sleep(1.5)  # the buffers fill and the writer waits
             started = time.monotonic()
             connection = single.connection(timeout=READ_TIMEOUT + 5)
             try:
@@ -168,5 +183,62 @@ def test_a_client_that_stops_reading_answers_loses_its_thread(tmp_path: Path) ->
             finally:
                 connection.close()
             assert time.monotonic() - started < READ_TIMEOUT + 5
+            # Past the deadline of the answer that cannot be sent: the server makes answers
+            # for a few seconds (about 4 MiB fit in the buffers) and then waits READ_TIMEOUT.
+            time.sleep(READ_TIMEOUT + 9.0)
+            answers = _answers_until_closed(greedy, within=30.0)
+            assert 0 < answers < PIPELINED, "the server never gave up on the greedy client"
         finally:
             greedy.close()
+
+
+PIPELINED = 6000
+
+
+def _answers_until_closed(connection: ssl.SSLSocket, within: float) -> int:
+    """How many answers arrive before the server closes ``connection``."""
+    connection.settimeout(within)
+    received = bytearray()
+    with contextlib.suppress(ssl.SSLError, ConnectionResetError):
+        while chunk := connection.recv(1 << 20):
+            received += chunk
+    return received.count(b"HTTP/1.1 200 ")
+
+
+def test_pipelined_requests_answered_in_the_loop_come_back_in_order(
+    server: RunningServer,
+) -> None:
+    count = 2000
+    client = _tls(server)
+    with client:
+        requests = b"".join(
+            b"GET /healthz?n=%d HTTP/1.1\r\nHost: webhook\r\n\r\n" % n for n in range(count)
+        )
+        client.sendall(requests + b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n")
+        answers = _answers_until_closed(client, within=30.0)
+    assert answers == count + 1
+
+
+def test_small_and_large_reviews_are_answered_alike_on_one_connection(
+    server: RunningServer,
+) -> None:
+    """A review under loop_answer_max_bytes is answered in the loop, a larger one by a
+    thread; both give the same patch, in turn on one kept-alive connection."""
+    small = annotated_pod()
+    large = annotated_pod()
+    large["metadata"]["labels"]["padding"] = "x" * 63
+    large["metadata"]["annotations"]["notes"] = "n" * 200_000
+    connection = server.connection()
+    try:
+        patches = []
+        for pod in (small, large, small):
+            body = json.dumps(review(pod)).encode()
+            connection.request("POST", "/mutate", body, {"Content-Type": "application/json"})
+            response = connection.getresponse()
+            answer = json.loads(response.read())
+            assert response.status == 200 and answer["response"]["allowed"]
+            patches.append(answer["response"]["patch"])
+    finally:
+        connection.close()
+    assert len(json.dumps(review(large))) > 65536 > len(json.dumps(review(small)))
+    assert patches[0] == patches[1] == patches[2]

@@ -38,6 +38,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not 0 or a positive integer")
+    return value
+
+
 def positive_float(text: str) -> float:
     value = float(text)
     if value <= 0:
@@ -137,6 +144,16 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
         help="largest request body taken; larger ones get 413 (default "
         f"{serve_defaults.DEFAULT_MAX_BODY_BYTES})",
     )
+    _add_connection_flags(tuning)
+    tuning.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        help=f"least severe level logged (default {_field_default('log_level')})",
+    )
+
+
+def _add_connection_flags(tuning: argparse._ArgumentGroup) -> None:
+    """How long clients get, how many connections a worker holds, and where answers run."""
     tuning.add_argument(
         "--request-read-timeout",
         dest="request_read_timeout_seconds",
@@ -149,6 +166,12 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         help="open connections per worker; at the cap the oldest unfinished one is closed "
         f"(default {serve_defaults.DEFAULT_MAX_CONNECTIONS})",
+    )
+    tuning.add_argument(
+        "--loop-answer-max-bytes",
+        type=non_negative_int,
+        help="requests up to this size are answered in the worker's event loop, larger ones "
+        f"by a thread; 0: all by threads (default {serve_defaults.DEFAULT_LOOP_ANSWER_MAX_BYTES})",
     )
     tuning.add_argument(
         "--keepalive",
@@ -164,11 +187,6 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
         help="seconds in-flight requests get to finish after SIGTERM (default "
         f"{serve_defaults.DEFAULT_GRACEFUL_TIMEOUT_SECONDS})",
     )
-    tuning.add_argument(
-        "--log-level",
-        choices=LOG_LEVELS,
-        help=f"least severe level logged (default {_field_default('log_level')})",
-    )
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -183,6 +201,7 @@ _TUNING_FIELDS = (
     "max_body_bytes",
     "request_read_timeout_seconds",
     "max_connections",
+    "loop_answer_max_bytes",
     "keepalive_seconds",
     "graceful_timeout_seconds",
     "log_level",

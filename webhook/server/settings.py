@@ -37,6 +37,11 @@ DEFAULT_POLICY_POLL_SECONDS = 2.0
 DEFAULT_KEEPALIVE_SECONDS = 75
 DEFAULT_GRACEFUL_TIMEOUT_SECONDS = 25
 DEFAULT_THREADS = 4
+# Requests up to this size (headers and body) are answered in the worker's event loop, which
+# spares each the hand-off to a thread and back (a quarter of the CPU per admission in
+# bench/admission_bench.py); larger ones, whose decoding takes long enough to hold up the
+# loop, go to a thread. 0 sends every request to a thread.
+DEFAULT_LOOP_ANSWER_MAX_BYTES = 64 * 1024
 
 
 class SettingsError(GpushareError):
@@ -62,6 +67,7 @@ class ServeSettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     request_read_timeout_seconds: float = DEFAULT_REQUEST_READ_TIMEOUT_SECONDS
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    loop_answer_max_bytes: int = DEFAULT_LOOP_ANSWER_MAX_BYTES
     keepalive_seconds: int = DEFAULT_KEEPALIVE_SECONDS
     graceful_timeout_seconds: int = DEFAULT_GRACEFUL_TIMEOUT_SECONDS
     log_level: str = "info"
@@ -136,6 +142,11 @@ def _parse(name: str, text: str) -> object:
             number = int(text)
             if number < 1:
                 raise ValueError
+            return number
+        if name == "loop_answer_max_bytes":
+            number = int(text)
+            if number < 0:
+                raise SettingsError(f"{variable}={text!r} must be 0 or a positive number.")
             return number
         if name in ("policy_poll_seconds", "request_read_timeout_seconds"):
             seconds = float(text)

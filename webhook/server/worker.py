@@ -6,11 +6,20 @@ slowly. With 2 workers x 4 threads, eight idle or trickling connections (or a pa
 ClientHello) stopped every answer, /healthz included, for as long as they stayed open.
 
 ``ReadAheadWorker`` does the handshake and reads each request in the worker's event loop,
-without blocking, and hands a connection to a thread only when a whole request is buffered
-(``request_framing``). Then a thread parses bytes already in memory and runs the app, which
-takes milliseconds. What a client can still hold is bounded:
+without blocking, and acts only when a whole request is buffered (``request_framing``):
+
+- a request of up to ``loop_answer_max_bytes`` (every admission review of an ordinary pod)
+  is answered right there in the loop: gunicorn parses bytes already in memory, the app
+  runs (a fraction of a millisecond) and the answer is sent without blocking, the rest of
+  it when the client reads. This spares the hand-off to a thread and back, which cost a
+  quarter of the CPU per admission (bench/README.md);
+- a larger one goes to a thread, as in gthread, so that decoding a multi-MiB review does
+  not hold up the loop.
+
+What a client can still hold is bounded:
 
 - an unfinished handshake or request is closed ``request_read_timeout`` after it started;
+- so is an answer made in the loop that the client has not taken in whole by then;
 - at ``worker_connections`` open connections, a new one pushes out the oldest connection
   that is still reading (else the oldest idle kept-alive one), so a flood of idle sockets
   cannot lock out the apiserver's next connection;
@@ -47,6 +56,38 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 @dataclass
+class _Writing:
+    """An answer made in the loop that the client has not taken in whole yet."""
+
+    deadline: float
+    data: memoryview
+    keepalive: bool
+    registered: bool = False  # with the poller, waiting for room to send
+
+
+class _Outgoing:
+    """Stands in for a client's socket while the app answers in the loop: what gunicorn
+    writes is kept, for the loop to send without blocking; the rest goes to the socket."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self.data = bytearray()
+
+    def sendall(self, data: bytes) -> None:
+        self.data += data
+
+    def send(self, data: bytes) -> int:
+        self.data += data
+        return len(data)
+
+    def setblocking(self, _flag: bool) -> None:
+        """The socket stays non-blocking: nothing here may wait on the client."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+@dataclass
 class _Reading:
     """A connection whose request is being read in the event loop."""
 
@@ -65,9 +106,11 @@ class ReadAheadWorker(ThreadWorker):  # type: ignore[misc]
         settings = ServeSettings.from_environ()
         self.read_timeout = settings.request_read_timeout_seconds
         self.max_body_bytes = settings.max_body_bytes
+        self.loop_answer_max_bytes = settings.loop_answer_max_bytes
         # Insertion order is deadline order: every entry gets the same timeout when added.
         self.reading: dict[TConn, _Reading] = {}
         self.busy: dict[TConn, float] = {}
+        self.writing: dict[TConn, _Writing] = {}
 
     # -- connections coming in -------------------------------------------------------
 
@@ -201,7 +244,59 @@ class ReadAheadWorker(ThreadWorker):  # type: ignore[misc]
         conn.parser.unreader.unread(data)
         reading.buffer = bytearray()
         conn.data_ready = True
-        self.enqueue_req(conn)
+        if len(data) <= self.loop_answer_max_bytes:
+            self._answer_in_loop(conn)
+        else:
+            self.enqueue_req(conn)
+
+    # -- answering in the loop -----------------------------------------------------------
+
+    def _answer_in_loop(self, conn: TConn) -> None:
+        """Run gthread's request handling here, its answer kept rather than written."""
+        sock = conn.sock
+        outgoing = _Outgoing(sock)
+        conn.sock = outgoing
+        try:
+            keepalive = ThreadWorker.handle(self, conn) is True
+        finally:
+            conn.sock = sock
+        deadline = time.monotonic() + self.read_timeout
+        self._send(conn, _Writing(deadline, memoryview(bytes(outgoing.data)), keepalive))
+
+    def _send(self, conn: TConn, writing: _Writing) -> None:
+        """Send what the client takes now; wait for room for the rest."""
+        try:
+            while writing.data:
+                sent = conn.sock.send(writing.data)
+                writing.data = writing.data[sent:]
+        except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
+            self.writing[conn] = writing
+            if not writing.registered:
+                self.poller.register(
+                    conn.sock, selectors.EVENT_WRITE, partial(self._on_writable, conn)
+                )
+                writing.registered = True
+            return
+        except (OSError, ValueError) as error:
+            self.log.debug("connection dropped while answering: %s", error)
+            self.writing[conn] = writing
+            self._forget(conn)
+            return
+        if self.writing.pop(conn, None) is not None and writing.registered:
+            self.poller.unregister(conn.sock)
+        future: Future[Any] = Future()
+        future.set_result(writing.keepalive)
+        if writing.keepalive and conn.parser is not None and conn.parser.unreader.buf.getvalue():
+            # The client sent its next request behind this one: take it on the next turn
+            # of the loop rather than deeper in this call (pipelining must not recurse).
+            self.method_queue.defer(self.finish_request, conn, future)
+        else:
+            self.finish_request(conn, future)
+
+    def _on_writable(self, conn: TConn, _sock: Any) -> None:
+        writing = self.writing.get(conn)
+        if writing is not None:
+            self._send(conn, writing)
 
     # -- bounds --------------------------------------------------------------------------
 
@@ -213,6 +308,8 @@ class ReadAheadWorker(ThreadWorker):  # type: ignore[misc]
             conn, reading = next(iter(self.reading.items()))
             if reading.deadline > now:
                 break
+            self._forget(conn)
+        for conn in [c for c, writing in self.writing.items() if writing.deadline <= now]:
             self._forget(conn)
         for conn, deadline in list(self.busy.items()):
             if deadline <= now:
@@ -236,8 +333,8 @@ class ReadAheadWorker(ThreadWorker):  # type: ignore[misc]
                 return
 
     def _forget(self, conn: TConn) -> None:
-        reading = self.reading.pop(conn, None)
-        if reading is not None and reading.registered:
+        waiting = self.reading.pop(conn, None) or self.writing.pop(conn, None)
+        if waiting is not None and waiting.registered:
             with contextlib.suppress(KeyError, ValueError, OSError):
                 self.poller.unregister(conn.sock)
         self._drop(conn)

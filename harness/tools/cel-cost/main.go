@@ -6,7 +6,7 @@
 // interleaved, and the best batch reported: a steadier per-pod figure than pod creates
 // through a real apiserver on a shared machine (bench/cel_cost.py drives it).
 //
-//	cel-cost -pod POD.json -mutated MUTATED.json [-m MAP.yaml]... [-v VAP.yaml]...
+//	cel-cost -pod POD.json -mutated MUTATED.json [-m MAP.yaml]... [-v VAP.yaml]... [-cpuprofile FILE]
 package main
 
 import (
@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -178,6 +179,7 @@ func main() {
 	batch := flag.Int("batch", 300, "admissions per batch")
 	batches := flag.Int("batches", 15, "batches per policy (the best is reported)")
 	show := flag.Bool("show", false, "print each policy's result once and stop")
+	profile := flag.String("cpuprofile", "", "write a Go CPU profile of the timed batches here")
 	flag.Var(&maps, "m", "a MutatingAdmissionPolicy (YAML); repeat")
 	flag.Var(&vaps, "v", "a ValidatingAdmissionPolicy (YAML); repeat")
 	flag.Parse()
@@ -194,6 +196,12 @@ func main() {
 			run()
 		}
 		return
+	}
+	if *profile != "" {
+		out, err := os.Create(*profile)
+		fail(err)
+		fail(pprof.StartCPUProfile(out))
+		defer pprof.StopCPUProfile()
 	}
 	best := make([]time.Duration, len(runs))
 	for round := 0; round < *batches; round++ {
