@@ -193,8 +193,25 @@ def _changed(detail: Sequence[str]) -> str:
     return concat(CHANGED_PREFIX + " (", *detail, ")" + CHANGED_SUFFIX)
 
 
+def _only_when_failing(validation: dict[str, str]) -> dict[str, str]:
+    """The message built only for a pod its check refuses. The apiserver evaluates every
+    messageExpression on every admission, whether its check held or not, and in a context
+    of its own that evaluates the variables again (k8s.io/apiserver v0.37.2,
+    admission/plugin/policy/validating/validator.go: ``messageFilter.ForInput`` after the
+    checks; admission/plugin/cel/composition.go: a new context per ``ForInput``)."""
+    if "messageExpression" not in validation:
+        return validation
+    expression, message = validation["expression"], validation["messageExpression"]
+    return {**validation, "messageExpression": f"({expression}) ? '' : ({message})"}
+
+
 def _validations() -> list[dict[str, str]]:
-    """The checks, with the webhook's messages; long because each is one literal."""
+    """The checks, with the webhook's messages."""
+    return [_only_when_failing(v) for v in _checks()]
+
+
+def _checks() -> list[dict[str, str]]:
+    """The checks and their messages; long because each is one literal."""
     container = "='/spec/containers/' + string(variables.gpuIndex)"
     return [
         {
