@@ -108,6 +108,8 @@ preload_app = False
 proc_name = "gpushare"
 control_socket_disable = True
 accesslog = None
+# Access lines are off (gunicorn.access at WARNING): do not build them either.
+logger_class = "webhook.server.gunicorn_logger.QuietAccessLogger"
 logconfig_dict = logging_config(_settings.log_level)
 loglevel = _settings.log_level
 # The worker heartbeat file: /dev/shm avoids disk-backed /tmp stalls (and works with a
