@@ -8,20 +8,12 @@ from typing import Any
 import pytest
 from gunicorn.config import Config
 
-from webhook.server.gunicorn_logger import QuietAccessLogger
-
-# What gunicorn_conf.logging_config sets for gunicorn's access logger (that module reads the
-# serve settings when imported, so it is not imported here).
-LOGCONFIG = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "loggers": {"gunicorn.access": {"level": "WARNING", "propagate": False}},
-}
+from webhook.server.gunicorn_logger import QuietAccessLogger, logging_config
 
 
 def logger() -> QuietAccessLogger:
     config = Config()
-    config.set("logconfig_dict", LOGCONFIG)
+    config.set("logconfig_dict", logging_config("info"))
     config.set("logger_class", "webhook.server.gunicorn_logger.QuietAccessLogger")
     built = config.logger_class(config)
     assert isinstance(built, QuietAccessLogger)

@@ -29,8 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from webhook.json_logging import JsonFormatter
-from webhook.server.batched_log import ADMISSION_LOGGER
+from webhook.server.gunicorn_logger import logging_config
 from webhook.server.policy_store import LAST_GOOD_VARIABLE
 from webhook.server.settings import ServeSettings
 
@@ -54,39 +53,6 @@ os.environ[LAST_GOOD_VARIABLE] = os.path.join(_runtime_dir, "last-good-policies.
 logging.logThreads = False
 logging.logProcesses = False
 logging.logMultiprocessing = False
-
-
-def logging_config(level: str) -> dict[str, Any]:
-    """JSON lines to stderr for the webhook's loggers and gunicorn's (``logconfig_dict``)."""
-    return {
-        "version": 1,
-        "disable_existing_loggers": False,
-        "formatters": {"json": {"()": JsonFormatter}},
-        "handlers": {
-            "stderr": {
-                "class": "logging.StreamHandler",
-                "formatter": "json",
-                "stream": "ext://sys.stderr",
-            },
-            # One line per admission: written in batches (see batched_log).
-            "admissions": {
-                "class": "webhook.server.batched_log.BatchedLineHandler",
-                "formatter": "json",
-            },
-        },
-        "root": {"level": level.upper(), "handlers": ["stderr"]},
-        "loggers": {
-            "gunicorn.error": {"level": level.upper(), "handlers": ["stderr"], "propagate": False},
-            # The webhook logs each admission itself, with its decision; gunicorn's access
-            # lines would only repeat them.
-            "gunicorn.access": {"level": "WARNING", "handlers": ["stderr"], "propagate": False},
-            ADMISSION_LOGGER: {
-                "level": level.upper(),
-                "handlers": ["admissions"],
-                "propagate": False,
-            },
-        },
-    }
 
 
 bind = [_settings.bind]
