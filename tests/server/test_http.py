@@ -490,6 +490,12 @@ def test_request_object_is_not_modified(client: Client) -> None:
         (("spec", "containers"), {"name": "main"}, "spec.containers must be an array"),
         (("spec", "containers", 0, "env", 0, "value"), 3, "env[0].value must be a string"),
         (("spec", "containers", 0, "resources", "limits"), "1", "limits must be an object"),
+        # Read by the inference-server check (inference_servers.find_server).
+        (("spec", "containers", 0, "command"), True, "command must be an array, not a boolean"),
+        (("spec", "containers", 0, "args"), ["--port", 8000], "args[1] must be a string"),
+        # Read by the dra mode (mode_edits).
+        (("spec", "containers", 0, "resources", "claims"), True, "claims must be an array"),
+        (("spec", "resourceClaims"), [None], "resourceClaims[0] must be an object, not null"),
     ],
 )
 def test_pod_fields_of_the_wrong_type_are_400_naming_the_field(

@@ -63,6 +63,16 @@ def _objects(value: Any) -> Problem | None:
     return None
 
 
+def _strings(value: Any) -> Problem | None:
+    """An array whose items are strings (a container's command and args)."""
+    if type(value) is not list:
+        return (), ARRAY, value
+    for index, item in enumerate(value):
+        if type(item) is not str:
+            return (index,), STRING, item
+    return None
+
+
 def _env(env: Any) -> Problem | None:
     if type(env) is not list:
         return (), ARRAY, env
@@ -92,6 +102,9 @@ def _resources(resources: Any) -> Problem | None:
         for name, quantity in quantities.items():
             if type(quantity) not in QUANTITY_TYPES:
                 return (section, (name,)), "a quantity string", quantity
+    claims = resources.get("claims")
+    if claims is not None and (found := _objects(claims)) is not None:
+        return ("claims", *found[0]), found[1], found[2]
     return None
 
 
@@ -99,6 +112,7 @@ def _container(container: dict[str, Any]) -> Problem | None:
     get = container.get
     name, image, env = get("name"), get("image"), get("env")
     env_from, mounts, resources = get("envFrom"), get("volumeMounts"), get("resources")
+    command, args = get("command"), get("args")
     if name is not None and type(name) is not str:
         return ("name",), STRING, name
     if image is not None and type(image) is not str:
@@ -112,6 +126,10 @@ def _container(container: dict[str, Any]) -> Problem | None:
         key = "volumeMounts"
     elif resources is not None and (found := _resources(resources)) is not None:
         key = "resources"
+    elif command is not None and (found := _strings(command)) is not None:
+        key = "command"
+    elif args is not None and (found := _strings(args)) is not None:
+        key = "args"
     else:
         return None
     return (key, *found[0]), found[1], found[2]
@@ -152,7 +170,7 @@ def _spec(spec: Any) -> Problem | None:
     get = spec.get
     containers, init_containers = get("containers"), get("initContainers")
     node_selector, tolerations, volumes = get("nodeSelector"), get("tolerations"), get("volumes")
-    host_ipc = get("hostIPC")
+    host_ipc, claims = get("hostIPC"), get("resourceClaims")
     found = None
     if containers is not None and (found := _containers(containers)) is not None:
         key = "containers"
@@ -164,6 +182,8 @@ def _spec(spec: Any) -> Problem | None:
         key = "tolerations"
     elif volumes is not None and (found := _objects(volumes)) is not None:
         key = "volumes"
+    elif claims is not None and (found := _objects(claims)) is not None:
+        key = "resourceClaims"
     elif host_ipc is not None and type(host_ipc) is not bool:
         return ("hostIPC",), "a boolean", host_ipc
     else:
