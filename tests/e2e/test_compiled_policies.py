@@ -134,8 +134,36 @@ BY_HAND = [
 ]
 
 
+DIGEST = "@sha256:" + "ab" * 32
+# Image references the framework knobs read: Docker Hub's implicit names, digests, a registry
+# port, TensorFlow tags below and above the growth knob's first release (1.12.0), JAX images.
+IMAGES = (
+    "docker.io/library/tensorflow/tensorflow:1.11.0-gpu",
+    "docker.io/tensorflow/tensorflow:1.11.0",
+    "index.docker.io/tensorflow/tensorflow:2.17.0",
+    "tensorflow/tensorflow:1.12.0-gpu",
+    "tensorflow/tensorflow" + DIGEST,
+    "tensorflow/tensorflow:1.11.0" + DIGEST,
+    "localhost:5000/tensorflow/tensorflow:1.11.0",
+    "nvcr.io/nvidia/tensorflow:24.01-tf2-py3",
+    "nvcr.io/nvidia/jax:24.04-py3",
+    "ghcr.io/nvidia/jax" + DIGEST,
+    "registry-1.docker.io/library/busybox",
+)
+
+
+def _image_case(index: int, image: str) -> Case:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"image-{index}", "annotations": {"gpu-fraction": "0.5"}},
+        "spec": {"containers": [{"name": "main", "image": image}]},
+    }
+    return Case(f"image/{image}", "default", pod)
+
+
 def _corpus_cases() -> list[Case]:
-    cases = list(BY_HAND)
+    cases = list(BY_HAND) + [_image_case(i, image) for i, image in enumerate(IMAGES)]
     for folder in sorted(p for p in CORPUS.iterdir() if (p / "pod.yaml").exists()):
         pod = yaml.safe_load((folder / "pod.yaml").read_text(encoding="utf-8"))
         namespace_file = folder / "namespace"
@@ -374,6 +402,22 @@ def test_every_corpus_pod_is_admitted_or_denied_alike(
         > 15
     )
     assert sum(not o.admitted for o in by_webhook) > 15
+    # The image references are told apart: some get TensorFlow's or JAX's knob, some neither.
+    knobs = {
+        c.name: sorted(
+            e["name"]
+            for container in (o.pod or {}).get("spec", {}).get("containers", [])
+            for e in container.get("env", [])
+            if e["name"] in ("TF_FORCE_GPU_ALLOW_GROWTH", "XLA_PYTHON_CLIENT_MEM_FRACTION")
+        )
+        for c, o in zip(cases, by_webhook, strict=True)
+        if c.name.startswith("image/")
+    }
+    assert {tuple(v) for v in knobs.values()} == {
+        (),
+        ("TF_FORCE_GPU_ALLOW_GROWTH",),
+        ("XLA_PYTHON_CLIENT_MEM_FRACTION",),
+    }, knobs
     by_hand = {c.name: o for c, o in zip(cases, by_webhook, strict=True) if c in BY_HAND}
     assert [n for n, o in by_hand.items() if not o.admitted] == [
         "by-hand/limits",

@@ -92,6 +92,36 @@ def globs_regex(patterns: Iterable[str]) -> str:
     return "^(" + "|".join(glob_regex(p)[1:-1] for p in patterns) + ")$"
 
 
+def glob_piece(pattern: str) -> str:
+    """The longest run of literal characters without ``:`` that every string ``pattern``
+    matches contains ("" if there is none). Only the text before the first ``[`` is read, so
+    a bracket class, closed or not, never counts as literal."""
+    head = pattern.split("[", 1)[0]
+    pieces = re.split(r"[*?:]", head)
+    return max(pieces, key=len)
+
+
+def official_repository_regex(repository: str, tag_regex: str) -> str:
+    """An RE2 pattern for an image reference as written whose repository, normalised the
+    way ``framework_images.split_reference`` does (Docker Hub's registry names and
+    ``library/`` dropped, a digest cut off), is ``repository`` and whose tag starts with a
+    match of ``tag_regex`` (anchored at its start only, as ``version_below_regex``)."""
+    if not tag_regex.startswith("^") or tag_regex.endswith("$"):
+        raise ValueError(f"tag pattern {tag_regex!r} must be anchored at its start only")
+    return (
+        r"^((docker\.io|index\.docker\.io|registry-1\.docker\.io)/)?(library/)?"
+        + "".join(_escape(c) for c in repository)
+        + ":"
+        + tag_regex[1:]
+    )
+
+
+def official_tagged_regex(repository: str) -> str:
+    """An RE2 pattern for an image reference as written that ``split_reference`` reads as
+    ``repository`` with a tag: one run without ``:``, ``/`` or ``@``, then at most a digest."""
+    return official_repository_regex(repository, "^[^:/@]+(@(?s:.*))?") + "$"
+
+
 def _escape(character: str) -> str:
     return "\\" + character if character in r".^$*+?()[]{}|\/" else character
 
