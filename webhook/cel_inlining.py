@@ -119,3 +119,36 @@ def fold_variables(
                 outside[key] = folded
     kept = [(name, expressions[name]) for name in names if name in expressions]
     return kept, outside
+
+
+BOUND_PREFIX = "bound_"
+
+
+def bind_all(variables: Sequence[tuple[str, str]], expression: str) -> str:
+    """``expression`` with the variables it needs (directly or through others) each
+    evaluated once and bound by a one-element comprehension, ``[body].all(bound_x, ...)``:
+    kube-apiserver's CEL has no ``cel.bind``, and a policy's matchConditions see no
+    variables. Unlike a variable, a bound value is evaluated whether or not it is used,
+    so bodies should be cheap where they are not needed (guarded by a condition)."""
+    bodies = dict(variables)
+    needed: set[str] = set()
+    pending = [expression]
+    while pending:
+        text = pending.pop()
+        for name, body in bodies.items():
+            if name not in needed and _uses(name, text):
+                needed.add(name)
+                pending.append(body)
+
+    def renamed(text: str) -> str:
+        for name in needed:
+            for position in reversed(_uses(name, text)):
+                end = position + len(PREFIX + name)
+                text = text[:position] + BOUND_PREFIX + name + text[end:]
+        return text
+
+    text = renamed(expression)
+    for name, body in reversed(variables):
+        if name in needed:
+            text = f"[dyn({renamed(body)})].all({BOUND_PREFIX}{name}, {text})"
+    return text

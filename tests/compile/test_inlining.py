@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from webhook.cel_inlining import fold_variables
+import celpy
+import pytest
+
+from webhook.cel_inlining import bind_all, fold_variables
 
 
 def test_a_single_use_is_folded_and_an_unused_variable_dropped() -> None:
@@ -39,3 +42,25 @@ def test_short_variables_are_folded_where_used_and_strings_are_left_alone() -> N
     assert kept == []
     folded = "('gpu-fraction' in object.metadata.annotations)"
     assert patch == f"{folded} ? 'variables.hf' : ({folded}) ? 'b' : ''"
+
+
+def _evaluate(expression: str, activation: dict[str, object]) -> object:
+    environment = celpy.Environment()
+    program = environment.program(environment.compile(expression))
+    return program.evaluate({k: celpy.json_to_cel(v) for k, v in activation.items()})
+
+
+@pytest.mark.parametrize("x", [0, 1, 2, 5])
+def test_bind_all_binds_what_the_expression_needs_and_keeps_its_value(x: int) -> None:
+    variables = [
+        ("a", "x + 1"),
+        ("b", "variables.a * 2"),
+        ("unused", "x / 0"),  # an error if it were evaluated
+        ("c", "variables.b + variables.a"),
+    ]
+    expression = "variables.c > 6 && 'variables.a' != ''"
+    bound = bind_all(variables, expression)
+    assert "unused" not in bound and "variables." not in bound.replace("'variables.a'", "")
+    assert bound.count("x + 1") == 1  # each needed body once
+    with_variables = {"variables": {"a": x + 1, "b": (x + 1) * 2, "c": (x + 1) * 3}, "x": x}
+    assert _evaluate(bound, {"x": x}) == _evaluate(expression, with_variables)

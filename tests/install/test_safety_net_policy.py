@@ -188,10 +188,13 @@ def test_webhook_config_prints_the_policy_and_binding_in_a_stable_order(
     # The policy's filters are the webhooks': same namespaces, same pods.
     mutating = documents[0]["webhooks"][0]
     assert policy["spec"]["matchConstraints"]["namespaceSelector"] == mutating["namespaceSelector"]
-    assert [c["name"] for c in policy["spec"]["matchConditions"]] == [
-        "not-mirror-pod",
-        "uses-gpu-share",
-    ]
+    conditions = policy["spec"]["matchConditions"]
+    assert [c["name"] for c in conditions] == ["not-mirror-pod", "uses-gpu-share", "fails-a-check"]
+    # Then the gate: only a pod some check refuses reaches the checks and their messages.
+    assert conditions[2]["name"] == "fails-a-check"
+    filters = " && ".join(f"({c['expression']})" for c in conditions[:2])
+    assert conditions[2]["expression"].startswith(filters + " && ")
+    assert "variables." not in conditions[2]["expression"]
     webhooks = [w["name"] for w in documents[3]["webhooks"]]
     assert webhooks == ["workloads.gpushare.io", "cronjobs.gpushare.io", "podtemplates.gpushare.io"]
     assert printed(ca_file, "--policies", str(REPO / "policies"), capsys=capsys) == documents

@@ -244,7 +244,7 @@ def record_field(name: str, *, number: bool = False) -> str:
     hold no quotes, so a regex finds them."""
     key = '"' + name + '":'
     value = "[0-9]+" if number else '"[^"]*"'
-    found = f"variables.applied.find({cel_string(key + value)})"
+    found = f"variables.record.find({cel_string(key + value)})"
     return f"{found}.replace({cel_string(key)}, '').replace('\"', '')"
 
 
