@@ -8,9 +8,13 @@ Run from the repository root (builds or reuses the Go harness and the no-op webh
 Starts the e2e control plane of harness/controlplane.py (etcd + kube-apiserver; no
 scheduler, so nothing but the creates loads the machine), `gpushare serve` with certificates
 from `gpushare certs` and the bundled policies, and a no-op Go webhook
-(harness/tools/noop-webhook: allowed, no patch). Then, interleaved in one run (the order of
-modes rotates from round to round, so drift on a shared machine hits all alike), it creates
-the same annotated pod (gpu-fraction "0.5", a realistic training container) over and over:
+(harness/tools/noop-webhook: allowed, no patch). Every mode below is put in force once, each
+limited to the pods of a namespace of its own (bench-none, bench-noop, ...), and the same
+annotated pod (gpu-fraction "0.5", a realistic training container) is created over and over
+in each namespace. At concurrency 1 the modes take turns create by create, so consecutive
+creates of all modes meet the same machine and drift on a shared machine cancels out of every
+comparison; at concurrency 8 each mode runs a batch of its own (interleaved, every mode would
+run under the others' load), the order rotating from round to round:
 
 - **none**: no admission configuration at all (the annotation is just an annotation);
 - **noop**: the no-op webhook registered as a mutating webhook for pods: the floor any
@@ -26,7 +30,7 @@ the same annotated pod (gpu-fraction "0.5", a realistic training container) over
 Each client thread keeps one TLS connection to the apiserver (client-certificate auth) and
 POSTs raw JSON. Concurrency 1 and 8. The table gives creates/s, p50/p99 latency and the
 apiserver process's CPU per create (/proc: on a shared machine a steadier view of what runs
-inside the apiserver, where compiled policies run) per mode,
+inside the apiserver, where compiled policies run; per mode only at concurrency 8) per mode,
 then what each mode adds over **none** at p50 and p99, in ms and as a multiple of what the
 no-op webhook adds. Targets (issue 11): shipped <= 3.0x no-op; compiled <= 1.25x no-op at
 concurrency 1 and <= 0.6x shipped at concurrency 1 and 8 (p50). The apiserver's own view of
@@ -42,8 +46,10 @@ from __future__ import annotations
 
 import argparse
 import base64
+import copy
 import http.client
 import json
+import math
 import os
 import shutil
 import statistics
@@ -54,6 +60,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +76,7 @@ from harness.binary import HarnessBuildError, build_binary, run_build_script  # 
 from harness.cli import gpushare  # noqa: E402
 from harness.controlplane import ControlPlane  # noqa: E402
 from harness.processes import LOOPBACK, free_ports, terminate  # noqa: E402
-from harness.registration import GpushareWebhook, unregistered  # noqa: E402
+from harness.registration import GpushareWebhook  # noqa: E402
 from harness.webhookserver import WebhookServer, start_logged_process  # noqa: E402
 from webhook.compile import compile_policies  # noqa: E402
 from webhook.compile.pod_cel import match_constraints  # noqa: E402
@@ -78,9 +85,13 @@ from webhook.core import load_policies  # noqa: E402
 
 NAMESPACE = "bench"
 PROBE_NAMESPACE = "bench-probe"
+NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 WARMUP_CREATES = 20
 REQUEST_TIMEOUT_S = 30.0
 MODES = ("none", "noop", "reference", "shipped", "compiled")
+# Every mode is in force at once, each for the pods of its own namespace only, so a create
+# picks its mode by its namespace and nothing is switched between measurements.
+MODE_NAMESPACES = {mode: f"{NAMESPACE}-{mode}" for mode in MODES}
 REFERENCE_NAME = "reference.bench.gpushare.io"
 # Targets of issue 11, on what each mode adds over "none" at p50.
 SHIPPED_OVER_NOOP = 3.0
@@ -162,7 +173,7 @@ def reference_documents(policies: Path) -> list[dict[str, Any]]:
             "policyName": REFERENCE_NAME,
             "matchResources": {
                 "namespaceSelector": {
-                    "matchLabels": {"kubernetes.io/metadata.name": NAMESPACE},
+                    "matchLabels": {NAMESPACE_LABEL: MODE_NAMESPACES["reference"]},
                 }
             },
         },
@@ -199,12 +210,11 @@ class Creator:
         self.connection = http.client.HTTPSConnection(
             LOOPBACK, port, context=plane.ssl_context(), timeout=REQUEST_TIMEOUT_S
         )
-        self.path = f"/api/v1/namespaces/{NAMESPACE}/pods"
 
-    def create(self, body: bytes) -> tuple[int, bytes]:
+    def create(self, namespace: str, body: bytes) -> tuple[int, bytes]:
         self.connection.request(
             "POST",
-            self.path,
+            f"/api/v1/namespaces/{namespace}/pods",
             body=body,
             headers={"Content-Type": "application/json", "Accept": "application/json"},
         )
@@ -215,12 +225,32 @@ class Creator:
         self.connection.close()
 
 
+def _record(cell: Cell, status: int, data: bytes, elapsed: float, lock: threading.Lock) -> None:
+    with lock:
+        if status != 201:
+            cell.errors.append(f"{status}: {data[:300]!r}")
+        else:
+            cell.latencies.append(elapsed)
+            if APPLIED_ANNOTATION.encode() in data:
+                cell.mutated += 1
+
+
+def _timed_create(creator: Creator, namespace: str, name: str) -> tuple[int, bytes, float]:
+    body = json.dumps(bench_pod(name)).encode()
+    started = time.perf_counter()
+    status, data = creator.create(namespace, body)
+    return status, data, time.perf_counter() - started
+
+
 def run_cell(plane: ControlPlane, cell: Cell, count: int, deadline: float) -> None:
-    """`count` creates spread over `cell.concurrency` threads, after a short warm-up."""
+    """`count` creates in the cell's mode spread over `cell.concurrency` threads, after a
+    short warm-up, and the apiserver's CPU over them."""
     creators = [Creator(plane) for _ in range(cell.concurrency)]
+    namespace = MODE_NAMESPACES[cell.mode]
     prefix = f"{cell.mode}-c{cell.concurrency}-{uuid.uuid4().hex[:6]}"
     lock = threading.Lock()
     next_index = [0]
+    warm = Cell(cell.mode, cell.concurrency)
 
     def take(limit: int) -> int | None:
         with lock:
@@ -229,28 +259,21 @@ def run_cell(plane: ControlPlane, cell: Cell, count: int, deadline: float) -> No
             next_index[0] += 1
             return next_index[0]
 
-    def worker(creator: Creator, limit: int, record: bool) -> None:
-        phase = "m" if record else "w"
+    def worker(creator: Creator, limit: int, into: Cell) -> None:
+        phase = "m" if into is cell else "w"
         while (index := take(limit)) is not None:
-            body = json.dumps(bench_pod(f"{prefix}-{phase}{index}")).encode()
-            started = time.perf_counter()
             try:
-                status, data = creator.create(body)
+                status, data, elapsed = _timed_create(
+                    creator, namespace, f"{prefix}-{phase}{index}"
+                )
             except (OSError, http.client.HTTPException) as exc:
                 with lock:
                     cell.errors.append(repr(exc))
                 continue
-            elapsed = time.perf_counter() - started
-            with lock:
-                if status != 201:
-                    cell.errors.append(f"{status}: {data[:300]!r}")
-                elif record:
-                    cell.latencies.append(elapsed)
-                    if APPLIED_ANNOTATION.encode() in data:
-                        cell.mutated += 1
+            _record(into, status, data, elapsed, lock)
 
-    def run(limit: int, record: bool) -> float:
-        threads = [threading.Thread(target=worker, args=(c, limit, record)) for c in creators]
+    def run(limit: int, into: Cell) -> float:
+        threads = [threading.Thread(target=worker, args=(c, limit, into)) for c in creators]
         started = time.perf_counter()
         for thread in threads:
             thread.start()
@@ -259,14 +282,51 @@ def run_cell(plane: ControlPlane, cell: Cell, count: int, deadline: float) -> No
         return time.perf_counter() - started
 
     try:
-        run(WARMUP_CREATES, record=False)
+        run(WARMUP_CREATES, warm)
+        cell.errors += warm.errors
         next_index[0] = 0
         before = process_cpu(apiserver_pid(plane))
-        cell.seconds = run(count, record=True)
+        cell.seconds = run(count, cell)
         cell.apiserver_cpu = process_cpu(apiserver_pid(plane)) - before
     finally:
         for creator in creators:
             creator.close()
+
+
+def run_interleaved(
+    plane: ControlPlane, cells: Sequence[Cell], count: int, deadline: float
+) -> None:
+    """Concurrency 1, one create of each cell's mode in turn, `count` turns after a short
+    warm-up: consecutive creates of all modes see the same machine, so drift on a shared
+    machine (which moves a whole batch of one mode by up to a millisecond) cancels out of
+    every comparison. The apiserver's CPU cannot be told apart per mode here."""
+    creator = Creator(plane)
+    prefix = uuid.uuid4().hex[:6]
+    lock = threading.Lock()
+    warm = [Cell(c.mode, 1) for c in cells]
+    started = time.perf_counter()
+    try:
+        for turn in range(-WARMUP_CREATES, count):
+            if time.monotonic() > deadline:
+                break
+            for index, cell in enumerate(cells):
+                into = cell if turn >= 0 else warm[index]
+                name = f"{cell.mode}-i{prefix}-{turn + WARMUP_CREATES}"
+                try:
+                    status, data, elapsed = _timed_create(creator, MODE_NAMESPACES[cell.mode], name)
+                except (OSError, http.client.HTTPException) as exc:
+                    cell.errors.append(repr(exc))
+                    continue
+                _record(into, status, data, elapsed, lock)
+    finally:
+        creator.close()
+    seconds = time.perf_counter() - started
+    for cell, warmed in zip(cells, warm, strict=True):
+        cell.errors += warmed.errors
+        # Each mode had the connection for its share of the turns.
+        cell.seconds = sum(cell.latencies)
+        cell.apiserver_cpu = float("nan")
+    del seconds
 
 
 # -- metrics -------------------------------------------------------------------------------
@@ -306,9 +366,10 @@ def apiserver_metrics(plane: ControlPlane) -> str:
 POLICY_CHECKS = "apiserver_mutating_admission_policy_check_total"
 
 
-def policy_checks(plane: ControlPlane) -> float:
-    """MutatingAdmissionPolicy evaluations so far (every policy, every outcome)."""
-    return sum(scrape(apiserver_metrics(plane), {POLICY_CHECKS}).values())
+def policy_checks(plane: ControlPlane, policies: set[str]) -> float:
+    """Evaluations so far of the MutatingAdmissionPolicies ``policies`` (every outcome)."""
+    values = scrape(apiserver_metrics(plane), {POLICY_CHECKS})
+    return sum(v for (_, labels), v in values.items() if dict(labels).get("policy") in policies)
 
 
 WEBHOOK_SUM = "apiserver_admission_webhook_admission_duration_seconds_sum"
@@ -372,6 +433,11 @@ def cpu_per_create(group: Sequence[Cell]) -> float:
     return sum(c.apiserver_cpu for c in group) / creates * 1000 if creates else float("nan")
 
 
+def _cpu_text(value: float) -> str:
+    # At concurrency 1 the modes take turns create by create: no CPU figure per mode.
+    return "(interleaved)" if math.isnan(value) else f"{value:.3f}"
+
+
 def times(value: float, floor: float) -> float:
     return value / floor if floor > 0 else float("nan")
 
@@ -391,7 +457,7 @@ def report(cells: list[Cell], concurrencies: Sequence[int]) -> tuple[bool, list[
                 f"{statistics.median(rates) if rates else float('nan'):>9.1f} "
                 f"{percentile(latencies, 0.5) * 1000:>8.2f} "
                 f"{percentile(latencies, 0.99) * 1000:>8.2f} "
-                f"{cpu_per_create(group):>23.3f} "
+                f"{_cpu_text(cpu_per_create(group)):>23} "
                 f"{sum(c.mutated for c in group):>7} {sum(len(c.errors) for c in group):>6}"
             )
     lines += ["", "added over no admission (ms, and x what the no-op webhook adds):"]
@@ -513,68 +579,52 @@ def kubectl_delete(plane: ControlPlane, documents: Sequence[dict[str, Any]]) -> 
     plane.kubectl("delete", "--ignore-not-found", "-f", "-", input=yaml.safe_dump_all(documents))
 
 
-Switch = Callable[[], None]
+def scoped(documents: Sequence[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
+    """The admission configurations, each limited to the pods of ``namespace`` (bindings
+    follow their policies' match constraints)."""
+    only = {"key": NAMESPACE_LABEL, "operator": "In", "values": [namespace]}
+    result = []
+    for document in copy.deepcopy(list(documents)):
+        if document["kind"].endswith("WebhookConfiguration"):
+            selectors = [w.setdefault("namespaceSelector", {}) for w in document["webhooks"]]
+        elif document["kind"].endswith("AdmissionPolicy"):
+            selectors = [document["spec"]["matchConstraints"].setdefault("namespaceSelector", {})]
+        else:
+            selectors = []
+        for selector in selectors:
+            selector.setdefault("matchExpressions", []).append(only)
+        result.append(document)
+    return result
 
 
-def mode_switches(
-    plane: ControlPlane, server: WebhookServer, noop: NoopWebhook
-) -> tuple[dict[str, Switch], dict[str, Switch]]:
-    """What puts each mode in force and takes it out again, each waiting until it has."""
+def all_in_force(plane: ControlPlane, server: WebhookServer, noop: NoopWebhook) -> set[str]:
+    """Every mode's configuration, each for its own namespace; returns the compiled
+    MutatingAdmissionPolicies' names (whose evaluations are counted)."""
     webhook = GpushareWebhook(server, plane.api, PROBE_NAMESPACE)
     compiled = compile_policies(load_policies(server.policies))
-    noop_documents = [noop.configuration()]
-    reference = reference_documents(server.policies)
-
-    def reference_in_force(expected: bool) -> None:
-        # A dry run of the bench pod itself: the reference's constant ops fit only its shape.
-        until = time.monotonic() + 30.0
-        while time.monotonic() < until:
+    documents = {
+        "noop": [noop.configuration()],
+        "reference": reference_documents(server.policies),
+        "shipped": webhook.documents,
+        "compiled": compiled,
+    }
+    for mode, mode_documents in documents.items():
+        kubectl_apply(plane, scoped(mode_documents, MODE_NAMESPACES[mode]))
+    # Policies come into force about once a second: wait until a dry run of the bench pod
+    # comes back mutated in every mutating mode's namespace and unmutated in the others.
+    until = time.monotonic() + 60.0
+    for mode, namespace in MODE_NAMESPACES.items():
+        expected = mode in ("reference", "shipped", "compiled")
+        while True:
             pod = bench_pod(f"probe-{uuid.uuid4().hex[:8]}")
-            answer = create_pod(plane.api, NAMESPACE, pod, dry_run=True).pod
+            answer = create_pod(plane.api, namespace, pod, dry_run=True).pod
             if (APPLIED_ANNOTATION in answer["metadata"].get("annotations", {})) == expected:
-                return
+                break
+            if time.monotonic() > until:
+                raise SystemExit(f"mode {mode} did not come into force in {namespace}")
             time.sleep(0.2)
-        raise SystemExit(f"the reference policy did not come {'on' if expected else 'off'}")
-
-    def with_reference() -> None:
-        kubectl_apply(plane, reference)
-        reference_in_force(True)
-
-    def without_reference() -> None:
-        kubectl_delete(plane, reference)
-        reference_in_force(False)
-
-    def with_noop() -> None:
-        kubectl_apply(plane, noop_documents)
-        time.sleep(1.0)  # webhook configurations are in force well within a second
-
-    def without_noop() -> None:
-        kubectl_delete(plane, noop_documents)
-        webhook.wait(unregistered, "the no-op webhook to be gone")
-
-    def with_compiled() -> None:
-        kubectl_apply(plane, compiled)
-        webhook.wait(lambda p: p.annotated == "mutated", "the compiled policies to be in force")
-
-    def without_compiled() -> None:
-        kubectl_delete(plane, compiled)
-        webhook.wait(unregistered, "the compiled policies to be gone")
-
-    switch_on: dict[str, Switch] = {
-        "none": lambda: None,
-        "noop": with_noop,
-        "reference": with_reference,
-        "shipped": webhook.register,
-        "compiled": with_compiled,
-    }
-    switch_off: dict[str, Switch] = {
-        "none": lambda: None,
-        "noop": without_noop,
-        "reference": without_reference,
-        "shipped": webhook.unregister,
-        "compiled": without_compiled,
-    }
-    return switch_on, switch_off
+    time.sleep(1.0)  # the no-op webhook cannot be seen; a webhook is in force well within 1 s
+    return {d["metadata"]["name"] for d in compiled if d["kind"] == "MutatingAdmissionPolicy"}
 
 
 def measure(
@@ -587,45 +637,55 @@ def measure(
     deadline: float,
 ) -> Run:
     core = k8s.CoreV1Api(plane.api)
-    for name in (NAMESPACE, PROBE_NAMESPACE):
+    for name in (PROBE_NAMESPACE, *MODE_NAMESPACES.values()):
         ensure_namespace(core, name)
-    switch_on, switch_off = mode_switches(plane, server, noop)
+    compiled_policies = all_in_force(plane, server, noop)
     run = Run()
-    # Each round runs every mode at one concurrency before the next concurrency: a burst at
-    # concurrency 8 leaves the apiserver with garbage to collect, which would otherwise land
-    # on the next mode's creates at concurrency 1.
+
+    def measured(round_index: int, cells: Sequence[Cell], body: Callable[[], None]) -> None:
+        start = webhook_totals(plane, server)
+        checks_before = policy_checks(plane, compiled_policies)
+        body()
+        for cell in cells:
+            if cell.mode == "shipped":
+                run.creates_with += len(cell.latencies) + WARMUP_CREATES
+                for key, value in webhook_totals(plane, server).items():
+                    run.spent[key] = run.spent.get(key, 0.0) + value - start.get(key, 0.0)
+                run.connections_held = connections_to(server.port)
+            if cell.mode == "compiled":
+                run.compiled_creates += len(cell.latencies) + WARMUP_CREATES
+                run.compiled_checks += policy_checks(plane, compiled_policies) - checks_before
+            print(
+                f"round {round_index + 1} {cell.mode:<9} c={cell.concurrency}: "
+                f"{len(cell.latencies)} creates, p50 "
+                f"{percentile(cell.latencies, 0.5) * 1000:.2f} ms",
+                flush=True,
+            )
+            if cell.errors:
+                print(f"  errors: {cell.errors[:3]}", file=sys.stderr)
+            core.delete_collection_namespaced_pod(
+                MODE_NAMESPACES[cell.mode], grace_period_seconds=0
+            )
+        run.cells.extend(cells)
+
     for round_index in range(rounds):
         shift = round_index % len(MODES)
+        order = MODES[shift:] + MODES[:shift]
         for concurrency in concurrencies:
-            for mode in MODES[shift:] + MODES[:shift]:
-                if time.monotonic() > deadline:
-                    return run
-                switch_on[mode]()
-                try:
-                    cell = Cell(mode, concurrency)
-                    start = webhook_totals(plane, server)
-                    policies_before = policy_checks(plane)
-                    run_cell(plane, cell, count, deadline)
-                    if mode == "shipped":
-                        run.creates_with += len(cell.latencies) + WARMUP_CREATES
-                        for key, value in webhook_totals(plane, server).items():
-                            run.spent[key] = run.spent.get(key, 0.0) + value - start.get(key, 0.0)
-                        run.connections_held = connections_to(server.port)
-                    if mode == "compiled":
-                        run.compiled_creates += len(cell.latencies) + WARMUP_CREATES
-                        run.compiled_checks += policy_checks(plane) - policies_before
-                    run.cells.append(cell)
-                    print(
-                        f"round {round_index + 1} {mode:<8} c={concurrency}: "
-                        f"{len(cell.latencies)} creates, {cell.rate:.1f}/s, "
-                        f"p50 {percentile(cell.latencies, 0.5) * 1000:.2f} ms",
-                        flush=True,
-                    )
-                    if cell.errors:
-                        print(f"  errors: {cell.errors[:3]}", file=sys.stderr)
-                    core.delete_collection_namespaced_pod(NAMESPACE, grace_period_seconds=0)
-                finally:
-                    switch_off[mode]()
+            if time.monotonic() > deadline:
+                return run
+            if concurrency == 1:
+                turns = [Cell(mode, 1) for mode in order]
+                measured(
+                    round_index, turns, partial(run_interleaved, plane, turns, count, deadline)
+                )
+                continue
+            # Above 1, one mode at a time: interleaved, every mode would run under the
+            # others' load. A burst leaves garbage for the apiserver to collect, so each
+            # round's concurrency-1 turns come before its bursts.
+            for mode in order:
+                cell = Cell(mode, concurrency)
+                measured(round_index, [cell], partial(run_cell, plane, cell, count, deadline))
     return run
 
 

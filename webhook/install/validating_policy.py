@@ -17,6 +17,12 @@ with the webhook's messages:
   the hard limits the mode enforces in the env (MPS thread percentage and pinned memory,
   the MPS daemon's pipe directory) are present and no looser than the pod's slots allow.
 
+The checks run twice in one policy: as its last matchCondition (``fails-a-check``, with the
+variables bound inline, as matchConditions see none), so that only a pod some check refuses
+reaches the validations, whose messageExpressions name what is wrong. A pod that passes
+costs the checks once; the apiserver would otherwise evaluate the checks, then every
+messageExpression in a context of its own, evaluating the variables again.
+
 What CEL cannot do, the opt-in pod validating webhook still does: plan the pod again and
 compare every field (annotation values against the policy's bounds, framework and
 inference-server env, volumes, tolerations, affinity, a limit tightened rather than
