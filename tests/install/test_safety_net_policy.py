@@ -32,6 +32,7 @@ from webhook.install.policy_facts import (
     selection_expression,
 )
 from webhook.install.validating_policy import SafetyNetError, check_actions
+from webhook.install.webhook_config import not_mirror_pod_expression, shared_gpu_pod_expression
 
 REPO = Path(__file__).resolve().parents[2]
 KUBERNETES_VERSION = "1.30.0"  # ValidatingAdmissionPolicy is GA (v1) from 1.30
@@ -188,13 +189,16 @@ def test_webhook_config_prints_the_policy_and_binding_in_a_stable_order(
     # The policy's filters are the webhooks': same namespaces, same pods.
     mutating = documents[0]["webhooks"][0]
     assert policy["spec"]["matchConstraints"]["namespaceSelector"] == mutating["namespaceSelector"]
+    # One condition: the webhooks' pod filters, then the checks, so only a pod some check
+    # refuses reaches the checks and their messages.
     conditions = policy["spec"]["matchConditions"]
-    assert [c["name"] for c in conditions] == ["not-mirror-pod", "uses-gpu-share", "fails-a-check"]
-    # Then the gate: only a pod some check refuses reaches the checks and their messages.
-    assert conditions[2]["name"] == "fails-a-check"
-    filters = " && ".join(f"({c['expression']})" for c in conditions[:2])
-    assert conditions[2]["expression"].startswith(filters + " && ")
-    assert "variables." not in conditions[2]["expression"]
+    assert [c["name"] for c in conditions] == ["fails-a-check"]
+    filters = (
+        f"({not_mirror_pod_expression()}) && "
+        f"({shared_gpu_pod_expression(('nvidia.com/gpu.shared',))}) && "
+    )
+    assert conditions[0]["expression"].startswith(filters)
+    assert "variables." not in conditions[0]["expression"]
     webhooks = [w["name"] for w in documents[3]["webhooks"]]
     assert webhooks == ["workloads.gpushare.io", "cronjobs.gpushare.io", "podtemplates.gpushare.io"]
     assert printed(ca_file, "--policies", str(REPO / "policies"), capsys=capsys) == documents

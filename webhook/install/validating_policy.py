@@ -17,7 +17,7 @@ with the webhook's messages:
   the hard limits the mode enforces in the env (MPS thread percentage and pinned memory,
   the MPS daemon's pipe directory) are present and no looser than the pod's slots allow.
 
-The checks run twice in one policy: as its last matchCondition (``fails-a-check``, with the
+The checks run twice in one policy: as its one matchCondition (``fails-a-check``, with the
 variables bound inline, as matchConditions see none), so that only a pod some check refuses
 reaches the validations, whose messageExpressions name what is wrong. A pod that passes
 costs the checks once; the apiserver would otherwise evaluate the checks, then every
@@ -106,10 +106,9 @@ def validating_policy(settings: SafetyNetSettings, facts: PolicyFacts) -> dict[s
                     }
                 ],
             },
-            "matchConditions": [
-                *(dict(c) for c in settings.match_conditions),
-                _failing_gate(settings, facts),
-            ],
+            # One condition holding the webhooks' pod filters too: the apiserver evaluates
+            # every matchCondition of a policy, also after one has come out false.
+            "matchConditions": [_failing_gate(settings, facts)],
             **_folded(variables(facts), validations()),
         },
     }
@@ -122,8 +121,8 @@ def _failing_gate(settings: SafetyNetSettings, facts: PolicyFacts) -> dict[str, 
     that passes was about 40% of the policy's cost (bench/cel_cost.py). A refused pod
     costs the checks three times instead; the decision and the messages are unchanged.
     matchConditions see no variables, so each one the checks need is evaluated once and
-    bound (``bind_all``); the pod filters come first, as the apiserver evaluates every
-    matchCondition, so a pod that is not a GPU-share pod evaluates none of them."""
+    bound (``bind_all``); the webhooks' pod filters come first, so a pod that is not a
+    GPU-share pod (or is a mirror pod) evaluates none of them."""
     every_check = " && ".join(f"({v['expression']})" for v in checks())
     filters = " && ".join(f"({c['expression']})" for c in settings.match_conditions)
     named = [(v["name"], v["expression"]) for v in variables(facts)]
