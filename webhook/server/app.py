@@ -164,8 +164,7 @@ def create_app(
     """
     metrics = metrics or AdmissionMetrics()
     policies = store.policies
-    if policies is not None:
-        metrics.set_policies_loaded(len(policies.policies))
+    metrics.set_policies_loaded(0 if policies is None else len(policies.policies))
     # A first load that failed (serving a sibling's last good version, or nothing) counts.
     metrics.set_policy_reload_successful(store.status().last_failure is None)
     routes: dict[str, dict[str, Route]] = {}

@@ -84,19 +84,11 @@ class AdmissionMetrics:
         )
         # Like Prometheus's own prometheus_config_last_reload_successful: the counter above
         # moves once per refused version, this stays 0 for as long as the files stay bad.
-        self.policy_reload_successful = Gauge(
-            "gpushare_policy_last_reload_successful",
-            "1 while the policy files on disk are the ones being served; 0 while their "
-            "newest version was refused (the last good one serves). Lowest over live workers.",
-            registry=self.registry,
-            multiprocess_mode="livemin",
-        )
-        self.policies_loaded = Gauge(
-            "gpushare_policies_loaded",
-            "Number of policies being served (lowest over live workers).",
-            registry=self.registry,
-            multiprocess_mode="livemin",
-        )
+        # It and the policy count are created when first set, not here: a multiprocess gauge
+        # writes 0 for its worker when created, and "livemin" over the workers would report
+        # a worker still starting as a failed reload with no policies.
+        self._policy_reload_successful: Gauge | None = None
+        self._policies_loaded: Gauge | None = None
         self.certificate_expiry = Gauge(
             "gpushare_certificate_expiry_timestamp_seconds",
             "Unix time at which the serving certificate expires.",
@@ -131,15 +123,31 @@ class AdmissionMetrics:
 
     def observe_policy_reload(self, ok: bool, policies: int | None) -> None:
         self.policy_reloads.labels(result="ok" if ok else "failed").inc()
-        self.policy_reload_successful.set(1 if ok else 0)
+        self.set_policy_reload_successful(ok)
         if policies is not None:
-            self.policies_loaded.set(policies)
+            self.set_policies_loaded(policies)
 
     def set_policy_reload_successful(self, ok: bool) -> None:
-        self.policy_reload_successful.set(1 if ok else 0)
+        if self._policy_reload_successful is None:
+            self._policy_reload_successful = Gauge(
+                "gpushare_policy_last_reload_successful",
+                "1 while the policy files on disk are the ones being served; 0 while their "
+                "newest version was refused (the last good one serves). Lowest over live "
+                "workers.",
+                registry=self.registry,
+                multiprocess_mode="livemin",
+            )
+        self._policy_reload_successful.set(1 if ok else 0)
 
     def set_policies_loaded(self, count: int) -> None:
-        self.policies_loaded.set(count)
+        if self._policies_loaded is None:
+            self._policies_loaded = Gauge(
+                "gpushare_policies_loaded",
+                "Number of policies being served (lowest over live workers).",
+                registry=self.registry,
+                multiprocess_mode="livemin",
+            )
+        self._policies_loaded.set(count)
 
     def set_certificate_expiry(self, not_after_unix: float) -> None:
         self.certificate_expiry.set(not_after_unix)
