@@ -144,9 +144,9 @@ def _only_when_failing(validation: dict[str, str]) -> dict[str, str]:
     return {**validation, "messageExpression": f"({expression}) ? '' : ({message})"}
 
 
-def validations() -> list[dict[str, str]]:
-    """The checks, with the webhook's messages."""
-    return [_only_when_failing(v) for v in checks()]
+def validations(refused: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The ``checks()``, each message built only for a pod its check refuses."""
+    return [_only_when_failing(v) for v in refused]
 
 
 def checks() -> list[dict[str, str]]:

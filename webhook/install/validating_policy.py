@@ -81,6 +81,7 @@ class SafetyNetSettings:
 
 def validating_policy(settings: SafetyNetSettings, facts: PolicyFacts) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy: pods, CREATE, the webhooks' filters, the checks."""
+    named, refused = variables(facts), checks()
     metadata: dict[str, Any] = {"name": settings.name, "labels": dict(settings.labels)}
     metadata["annotations"] = {VERSIONS_ANNOTATION: ",".join(facts.versions)}
     return {
@@ -108,13 +109,15 @@ def validating_policy(settings: SafetyNetSettings, facts: PolicyFacts) -> dict[s
             },
             # One condition holding the webhooks' pod filters too: the apiserver evaluates
             # every matchCondition of a policy, also after one has come out false.
-            "matchConditions": [_failing_gate(settings, facts)],
-            **_folded(variables(facts), validations()),
+            "matchConditions": [_failing_gate(settings, named, refused)],
+            **_folded(named, validations(refused)),
         },
     }
 
 
-def _failing_gate(settings: SafetyNetSettings, facts: PolicyFacts) -> dict[str, str]:
+def _failing_gate(
+    settings: SafetyNetSettings, named: list[dict[str, str]], refused: list[dict[str, str]]
+) -> dict[str, str]:
     """A matchCondition true only for a pod some check refuses, so that a pod passing them
     all costs the checks once: the apiserver evaluates the validations, then every
     messageExpression in a context of its own (``safety_checks.validations``), which for a pod
@@ -123,10 +126,10 @@ def _failing_gate(settings: SafetyNetSettings, facts: PolicyFacts) -> dict[str, 
     matchConditions see no variables, so each one the checks need is evaluated once and
     bound (``bind_all``); the webhooks' pod filters come first, so a pod that is not a
     GPU-share pod (or is a mirror pod) evaluates none of them."""
-    every_check = " && ".join(f"({v['expression']})" for v in checks())
+    every_check = " && ".join(f"({v['expression']})" for v in refused)
     filters = " && ".join(f"({c['expression']})" for c in settings.match_conditions)
-    named = [(v["name"], v["expression"]) for v in variables(facts)]
-    expression = bind_all(named, f"!({every_check})")
+    pairs = [(v["name"], v["expression"]) for v in named]
+    expression = bind_all(pairs, f"!({every_check})")
     return {
         "name": "fails-a-check",
         "expression": f"{filters} && {expression}" if filters else expression,

@@ -87,8 +87,7 @@ class AdmissionMetrics:
         # It and the policy count are created when first set, not here: a multiprocess gauge
         # writes 0 for its worker when created, and "livemin" over the workers would report
         # a worker still starting as a failed reload with no policies.
-        self._policy_reload_successful: Gauge | None = None
-        self._policies_loaded: Gauge | None = None
+        self._livemin: dict[str, Gauge] = {}
         self.certificate_expiry = Gauge(
             "gpushare_certificate_expiry_timestamp_seconds",
             "Unix time at which the serving certificate expires.",
@@ -128,26 +127,28 @@ class AdmissionMetrics:
             self.set_policies_loaded(policies)
 
     def set_policy_reload_successful(self, ok: bool) -> None:
-        if self._policy_reload_successful is None:
-            self._policy_reload_successful = Gauge(
-                "gpushare_policy_last_reload_successful",
-                "1 while the policy files on disk are the ones being served; 0 while their "
-                "newest version was refused (the last good one serves). Lowest over live "
-                "workers.",
-                registry=self.registry,
-                multiprocess_mode="livemin",
-            )
-        self._policy_reload_successful.set(1 if ok else 0)
+        self._set_livemin(
+            "gpushare_policy_last_reload_successful",
+            "1 while the policy files on disk are the ones being served; 0 while their "
+            "newest version was refused (the last good one serves). Lowest over live workers.",
+            1 if ok else 0,
+        )
 
     def set_policies_loaded(self, count: int) -> None:
-        if self._policies_loaded is None:
-            self._policies_loaded = Gauge(
-                "gpushare_policies_loaded",
-                "Number of policies being served (lowest over live workers).",
-                registry=self.registry,
-                multiprocess_mode="livemin",
+        self._set_livemin(
+            "gpushare_policies_loaded",
+            "Number of policies being served (lowest over live workers).",
+            count,
+        )
+
+    def _set_livemin(self, name: str, documentation: str, value: float) -> None:
+        """Set a gauge aggregated as the lowest over live workers, created on first use."""
+        gauge = self._livemin.get(name)
+        if gauge is None:
+            gauge = self._livemin[name] = Gauge(
+                name, documentation, registry=self.registry, multiprocess_mode="livemin"
             )
-        self._policies_loaded.set(count)
+        gauge.set(value)
 
     def set_certificate_expiry(self, not_after_unix: float) -> None:
         self.certificate_expiry.set(not_after_unix)
