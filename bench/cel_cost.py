@@ -6,10 +6,13 @@ k8s.io/apiserver's own admission-policy code, like the harness):
     .venv/bin/python bench/cel_cost.py                       # ~1 minute
     .venv/bin/python bench/cel_cost.py --policies policies/examples/mps.yaml
     .venv/bin/python bench/cel_cost.py --only compiled --cpuprofile /tmp/compiled.pprof
+    .venv/bin/python bench/cel_cost.py --only compiled --memprofile /tmp/compiled.allocs
 
 For e2e_bench.py's annotated training pod (gpu-fraction "0.5"), in one process, the
 batches of every policy interleaved and the best batch of each reported (microseconds per
-pod; the figure shared-machine noise disturbs least):
+pod; the figure shared-machine noise disturbs least), with the heap each admission allocates
+(KiB and allocations per pod: the same on every run, and what costs garbage collection in
+an apiserver with a large live heap):
 
 - **trivial**: a MutatingAdmissionPolicy with one constant op: the floor of any
   mutating policy (encoding the pod to JSON, applying the patch, decoding it);
@@ -101,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="write a Go CPU profile of the timed batches (go tool pprof)",
     )
+    parser.add_argument(
+        "--memprofile",
+        type=Path,
+        help="write a Go heap profile of every allocation of one batch (go tool pprof "
+        "-sample_index=alloc_objects)",
+    )
     args = parser.parse_args(argv)
     try:
         tool = run_build_script(TOOL_BUILD, "tools/cel-cost/build.sh", HarnessBuildError, 900.0)
@@ -134,16 +143,21 @@ def main(argv: list[str] | None = None) -> int:
                     timed_command += [flag, str(path)]
         if args.cpuprofile:
             timed_command += ["-cpuprofile", str(args.cpuprofile.resolve())]
+        if args.memprofile:
+            timed_command += ["-memprofile", str(args.memprofile.resolve())]
         timed = subprocess.run(
             [*timed_command, "-batch", str(args.batch), "-batches", str(args.batches)],
             capture_output=True,
             text=True,
             check=True,
         )
-        print(f"per pod, best of {args.batches} batches of {args.batch} ({args.policies}):")
+        print(
+            f"per pod, best of {args.batches} batches of {args.batch}, and heap allocated "
+            f"per pod ({args.policies}):"
+        )
         for line in timed.stdout.splitlines():
-            value, _, timed_path = line.strip().partition("  ")
-            print(f"  {Path(timed_path).stem:<12} {value}")
+            figures, _, timed_path = line.strip().rpartition("  ")
+            print(f"  {Path(timed_path).stem:<12} {figures.strip()}")
     return 0
 
 

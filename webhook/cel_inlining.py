@@ -1,5 +1,7 @@
 """Fewer CEL variables: a variable used once, or a short one used a few times, outside any
-comprehension, is folded into the expressions that use it; one used nowhere is dropped.
+comprehension, is folded into the expressions that use it; one used nowhere is dropped. And
+fewer evaluated: ``specialize`` rewrites a branch where some variables' values are known
+(the usual pod's share, pool and container) to read those inline.
 
 Why: the apiserver evaluates each variable of an admission policy as a program of its own
 (lazily, memoized per request: kubernetes/kubernetes
@@ -152,3 +154,44 @@ def bind_all(variables: Sequence[tuple[str, str]], expression: str) -> str:
         if name in needed:
             text = f"[dyn({renamed(body)})].all({BOUND_PREFIX}{name}, {text})"
     return text
+
+
+def specialize(
+    texts: Sequence[str],
+    variables: Sequence[tuple[str, str]],
+    facts: dict[str, str],
+    prefix: str,
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """``texts`` rewritten for a branch where ``facts`` hold (name: an expression of the
+    variable's value there, using no variables): each fact's variable replaced by its
+    expression, every other variable they use (directly or through others) by a copy named
+    ``prefix + name`` whose own uses are rewritten the same way. Returns the texts and the
+    copies, in the order of ``variables`` (a copy uses only earlier copies).
+
+    Why: inside the branch most of the plan is known (a common share's pool, slots and
+    container), and each variable the apiserver evaluates is a program run of its own
+    (a few microseconds per create), so the branch reads the known values inline and
+    evaluates only what the pod still decides."""
+    bodies = dict(variables)
+    copies: dict[str, str] = {}
+
+    def rewrite(text: str) -> str:
+        for name, body in bodies.items():
+            positions = _uses(name, text)
+            if not positions:
+                continue
+            if name in facts:
+                replacement = f"({facts[name]})"
+            else:
+                replacement = PREFIX + prefix + name
+                if name not in copies:
+                    copies[name] = ""  # placeholder: a variable cannot use itself
+                    copies[name] = rewrite(body)
+            for position in reversed(positions):
+                end = position + len(PREFIX + name)
+                text = text[:position] + replacement + text[end:]
+        return text
+
+    rewritten = [rewrite(text) for text in texts]
+    ordered = [(prefix + name, copies[name]) for name, _ in variables if name in copies]
+    return rewritten, ordered

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import re
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -193,3 +194,25 @@ def test_a_policy_without_common_shares_takes_the_general_path_only() -> None:
     assert "common" not in names
     names = {v["name"] for v in compile_policies(policies)[0]["spec"]["variables"]}
     assert "common" in names
+
+
+def test_the_usual_pod_evaluates_few_variables() -> None:
+    """A common share on a clean pod reads the share's pool, slots and record inline
+    (``cel_inlining.specialize``): its branch of the patch names only the variables the pod
+    still decides (image, env names, framework knobs, tolerations, selector), not the
+    request parsing and problem lists of the general path."""
+    policy = compile_policies(load_policies(DEFAULT))[0]["spec"]
+    patch = policy["mutations"][0]["jsonPatch"]["expression"]
+    guard = '"gpu-fraction" in object.metadata.annotations && '
+    usual = patch[patch.index(guard) :]
+    usual = usual[: usual.index(" : (variables.bad.size() > 0")]
+    named = set(re.findall(r"variables\.([A-Za-z0-9_]+)", usual))
+    assert named and all(name.startswith("u_") for name in named), named
+    declared = {v["name"]: v["expression"] for v in policy["variables"]}
+    copies = {name for name in declared if name.startswith("u_")}
+    assert named <= copies
+    # The copies too read only copies: no variable of the general path is evaluated.
+    for name in copies:
+        used = set(re.findall(r"variables\.([A-Za-z0-9_]+)", declared[name]))
+        assert used <= copies, (name, used - copies)
+    assert len(copies) <= 14, sorted(copies)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import celpy
 import pytest
 
-from webhook.cel_inlining import bind_all, fold_variables
+from webhook.cel_inlining import bind_all, fold_variables, specialize
 
 
 def test_a_single_use_is_folded_and_an_unused_variable_dropped() -> None:
@@ -64,3 +64,33 @@ def test_bind_all_binds_what_the_expression_needs_and_keeps_its_value(x: int) ->
     assert bound.count("x + 1") == 1  # each needed body once
     with_variables = {"variables": {"a": x + 1, "b": (x + 1) * 2, "c": (x + 1) * 3}, "x": x}
     assert _evaluate(bound, {"x": x}) == _evaluate(expression, with_variables)
+
+
+@pytest.mark.parametrize("x", [1, 4])
+def test_specialize_reads_facts_inline_and_copies_what_the_branch_still_decides(x: int) -> None:
+    variables = [
+        ("known", "x > 0 ? 7 : 8"),
+        ("k2", "variables.known * 10"),
+        ("left", "x * 3"),
+        ("both", "variables.left + variables.k2"),
+        ("other", "x / 0"),  # never used by the branch: no copy
+    ]
+    facts = {"known": "7", "k2": "70"}
+    (text,), copies = specialize(["variables.both + variables.known"], variables, facts, "u_")
+    # Facts inline; each other variable the text needs once as a copy, in the original order.
+    assert text == "variables.u_both + (7)"
+    assert copies == [("u_left", "x * 3"), ("u_both", "variables.u_left + (70)")]
+    original = {"known": 7, "k2": 70, "left": x * 3, "both": x * 3 + 70}
+    copied = {"u_" + name: value for name, value in original.items()}
+    assert _evaluate(text, {"variables": copied, "x": x}) == _evaluate(
+        "variables.both + variables.known", {"variables": original, "x": x}
+    )
+
+
+def test_specialize_leaves_strings_and_longer_names_alone() -> None:
+    variables = [("c", "object.spec.containers[0]"), ("cpath", "'/spec/containers/0'")]
+    (text,), copies = specialize(
+        ["variables.c.name + 'variables.c' + variables.cpath"], variables, {"c": "x"}, "u_"
+    )
+    assert text == "(x).name + 'variables.c' + variables.u_cpath"
+    assert copies == [("u_cpath", "'/spec/containers/0'")]

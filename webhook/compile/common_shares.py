@@ -19,7 +19,12 @@ from dataclasses import dataclass
 
 from webhook.compile import cel
 from webhook.compile.pod_cel import V, s
-from webhook.constants import DEVICES_ANNOTATION, FRACTION_ANNOTATION
+from webhook.constants import (
+    CONTAINER_ANNOTATION,
+    DEVICES_ANNOTATION,
+    FRACTION_ANNOTATION,
+    MEMORY_ANNOTATION,
+)
 from webhook.core import Placement, Policy, format_fraction, place_request, read_request
 
 # Hundredths (0.01 .. 0.99) and the eighths, sixteenths, thirds and sixths people write.
@@ -77,9 +82,22 @@ def common_shares(policy: Policy) -> list[CommonShare]:
     return shares
 
 
-def decide_common_shares(
-    policy: Policy, variables: list[tuple[str, str]]
-) -> list[tuple[str, str]] | None:
+@dataclass(frozen=True)
+class CommonPath:
+    """What compiling decided for pods asking only ``gpu-fraction`` with a common share.
+
+    ``variables``: the plan's variables with ``common`` added and, where it holds, the pool,
+    slots and share read from constant maps. ``guard``: the same test as ``common``,
+    written inline (no variable evaluated). ``facts``: variable name -> its value under the
+    guard, as an expression using no variables (``cel_inlining.specialize`` rewrites the
+    usual pod's patch with them)."""
+
+    variables: list[tuple[str, str]]
+    guard: str
+    facts: dict[str, str]
+
+
+def decide_common_shares(policy: Policy, variables: list[tuple[str, str]]) -> CommonPath | None:
     """The plan's ``variables`` with a ``common`` variable (a pod asking only
     ``gpu-fraction``, with a common share) and, where it holds, the pool, slots and share
     read from constant maps and the request's problems known to be none; the variables
@@ -89,14 +107,28 @@ def decide_common_shares(
     if not shares:
         return None
 
-    def table(value: Callable[[CommonShare], str]) -> str:
+    def table(value: Callable[[CommonShare], str], key: str = f"{V}ft") -> str:
         entries = ", ".join(f"{s(x.text)}: {value(x)}" for x in shares)
-        return f"{{{entries}}}[{V}ft]"
+        return f"{{{entries}}}[{key}]"
 
-    known = (
-        f"{V}hf && !{V}hm && !{V}hc && !({s(DEVICES_ANNOTATION)} in {V}a) && "
-        f"{V}ft in {cel.strings(x.text for x in shares)}"
+    texts = cel.strings(x.text for x in shares)
+    known = f"{V}hf && !{V}hm && !{V}hc && !({s(DEVICES_ANNOTATION)} in {V}a) && {V}ft in {texts}"
+    annotations = "object.metadata.annotations"
+    fraction = f"{annotations}[{s(FRACTION_ANNOTATION)}]"
+    guard = (
+        f"{s(FRACTION_ANNOTATION)} in {annotations} && "
+        + " && ".join(
+            f"!({s(name)} in {annotations})"
+            for name in (MEMORY_ANNOTATION, CONTAINER_ANNOTATION, DEVICES_ANNOTATION)
+        )
+        + f" && {fraction} in {texts}"
     )
+    columns: dict[str, Callable[[CommonShare], str]] = {
+        "pi": lambda x: str(x.pool_index),
+        "fx": lambda x: cel.double(x.fraction),
+        "slots": lambda x: str(x.slots),
+        "ff": lambda x: s(x.formatted),
+    }
     decided = {
         "fp": "''",
         "whole": "false",
@@ -104,10 +136,27 @@ def decide_common_shares(
         "bad": "[]",
         "none": "false",
         "pp": "[]",
-        "pi": table(lambda x: str(x.pool_index)),
-        "fx": table(lambda x: cel.double(x.fraction)),
-        "slots": table(lambda x: str(x.slots)),
-        "ff": table(lambda x: s(x.formatted)),
+        **{name: table(value) for name, value in columns.items()},
+    }
+    facts = {
+        **{name: value for name, value in decided.items() if name not in columns},
+        **{name: table(value, fraction) for name, value in columns.items()},
+        "a": annotations,
+        "hf": "true",
+        "hm": "false",
+        "hc": "false",
+        "ft": fraction,
+        "mt": "''",
+        "cn": "''",
+        "fok": "true",
+        "mok": "false",
+        "f": f"double({fraction})",
+        "ci": "0",
+        "c": "object.spec.containers[0]",
+        "cpath": s("/spec/containers/0"),
+        "bn": "false",
+        "nm": "0",
+        "common": "true",
     }
     result = []
     for name, general in variables:
@@ -117,4 +166,4 @@ def decide_common_shares(
             result.append((name, general))
         if name == "cn":
             result.append(("common", known))
-    return result
+    return CommonPath(result, guard, facts)

@@ -22,7 +22,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.cel_inlining import fold_variables
+from webhook.cel_inlining import fold_variables, specialize
 from webhook.compile import cel
 from webhook.compile.jsonpatch_cel import add_items, add_to_map, escape, literal, op
 from webhook.compile.plan import DENIAL_ANNOTATION, PlanCel, V, node_memory_expression, s
@@ -50,6 +50,8 @@ from webhook.core import (
     PolicySet,
 )
 
+# The usual pod's copies of the plan's variables (``cel_inlining.specialize``).
+USUAL_PREFIX = "u_"
 _AFFINITY = "/spec/affinity"
 _NODE_AFFINITY = f"{_AFFINITY}/nodeAffinity"
 _REQUIRED = f"{_NODE_AFFINITY}/requiredDuringSchedulingIgnoredDuringExecution"
@@ -319,8 +321,18 @@ class MutatingPolicy:
             f"[{op('add', denial, reasons)}] + {marked} : "
             f"{stale} + ({V}whole ? {' + '.join(whole_ops)} : {shared})"
         )
-        if self.plan.fast_path is not None:
-            general = f"{self.plan.fast_path} ? {stale} + {shared} : ({general})"
+        common = self.plan.common
+        if common is not None and self.plan.fast_path is not None:
+            # The usual pod: its share decided at compile time, the plan's known values
+            # read inline, only what the pod still decides evaluated as variables.
+            (condition, ops), usual = specialize(
+                [self.plan.fast_path, f"{stale} + {shared}"],
+                [*self.plan.variables, *self.extra],
+                common.facts,
+                USUAL_PREFIX,
+            )
+            self.extra += usual
+            general = f"{common.guard} && {condition} ? {ops} : ({general})"
         if asks_by_hand(policy) is None:
             return general
         # Matched without the annotations: the pod asks for the shared resource by hand.
