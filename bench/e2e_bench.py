@@ -3,7 +3,7 @@
 Run from the repository root (builds or reuses the Go harness and the no-op webhook):
 
     .venv/bin/python bench/e2e_bench.py                          # a few minutes
-    .venv/bin/python bench/e2e_bench.py --count 100 --rounds 1   # quick look
+    .venv/bin/python bench/e2e_bench.py --count 100 --burst-count 300 --rounds 1   # quick look
 
 Starts the e2e control plane of harness/controlplane.py (etcd + kube-apiserver; no
 scheduler, so nothing but the creates loads the machine), `gpushare serve` with certificates
@@ -37,7 +37,10 @@ concurrency 1 and <= 0.6x shipped at concurrency 1 and 8 (p50). The apiserver's 
 each webhook call (apiserver_admission_webhook_admission_duration_seconds) is printed beside
 the time inside the gpushare app.
 
-Bounded: --count creates per cell, --rounds rounds, and --max-seconds for the whole run
+Bounded: --count turns at concurrency 1 and --burst-count creates per batch above it (a
+batch of a second or more: shorter ones moved with the apiserver's garbage collection and
+etcd's housekeeping, from one batch of the same mode to the next), --rounds rounds, and
+--max-seconds for the whole run
 (what was measured until then is still reported). Loopback only. Exit status 0 when every
 target is met, 1 when not, 2 when a create failed.
 """
@@ -194,6 +197,7 @@ class Cell:
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
     mutated: int = 0
+    round_index: int = 0
     # CPU seconds the apiserver process spent over the measured creates.
     apiserver_cpu: float = 0.0
 
@@ -438,6 +442,37 @@ def times(value: float, floor: float) -> float:
     return value / floor if floor > 0 else float("nan")
 
 
+def _times_text(value: float, floor: float) -> str:
+    ratio = times(value, floor)
+    return "n/a" if math.isnan(ratio) else f"{ratio:.2f}x"
+
+
+def round_ratios(cells: Sequence[Cell], concurrency: int) -> list[tuple[float, float]]:
+    """Per round, from that round's batches alone (back to back, so slow drift of the
+    machine from round to round cancels): shipped's added p50 over the no-op webhook's, and
+    compiled's over shipped's."""
+    ratios = []
+    for index in sorted({c.round_index for c in cells if c.concurrency == concurrency}):
+        p50 = {
+            c.mode: percentile(c.latencies, 0.5) * 1000
+            for c in cells
+            if c.concurrency == concurrency and c.round_index == index
+        }
+        if not all(mode in p50 for mode in ("none", "noop", "shipped", "compiled")):
+            continue
+        noop, shipped = p50["noop"] - p50["none"], p50["shipped"] - p50["none"]
+        compiled = p50["compiled"] - p50["none"]
+        ratios.append((times(shipped, noop), times(compiled, shipped)))
+    return ratios
+
+
+def _spread(values: Sequence[float]) -> str:
+    known = [v for v in values if not math.isnan(v)]
+    if not known:
+        return "n/a"
+    return f"{min(known):.2f}-{max(known):.2f}x (median {statistics.median(known):.2f}x)"
+
+
 def report(cells: list[Cell], concurrencies: Sequence[int]) -> tuple[bool, list[str]]:
     lines = [
         f"{'conc':>4}  {'mode':<9} {'creates':>7} {'creates/s':>9} {'p50 ms':>8} "
@@ -463,7 +498,7 @@ def report(cells: list[Cell], concurrencies: Sequence[int]) -> tuple[bool, list[
             extra = added(cells, concurrency, fraction)
             noop = extra["noop"]
             parts = [
-                f"{mode} +{extra[mode]:.2f} ms ({times(extra[mode], noop):.2f}x)"
+                f"{mode} +{extra[mode]:.2f} ms ({_times_text(extra[mode], noop)})"
                 for mode in ("noop", "reference", "shipped", "compiled")
             ]
             lines.append(f"  c={concurrency} {name}: " + ", ".join(parts))
@@ -486,6 +521,11 @@ def report(cells: list[Cell], concurrencies: Sequence[int]) -> tuple[bool, list[
         for what, ok in checks:
             lines.append(f"    target c={concurrency} p50 {what}: {'met' if ok else 'NOT met'}")
             met = met and ok
+        if concurrency > 1 and (ratios := round_ratios(cells, concurrency)):
+            lines.append(
+                f"    round by round: shipped {_spread([r[0] for r in ratios])} noop, "
+                f"compiled {_spread([r[1] for r in ratios])} shipped"
+            )
         if concurrency == 1:
             # Where the compiled target sits on this machine: no policy doing this mutation
             # costs less than its constant ops.
@@ -629,9 +669,12 @@ def measure(
     noop: NoopWebhook,
     concurrencies: Sequence[int],
     rounds: int,
-    count: int,
+    counts: tuple[int, int],
     deadline: float,
 ) -> Run:
+    """Every round: the concurrency-1 turns (``counts[0]`` of them), then one batch of
+    ``counts[1]`` creates per mode at each higher concurrency."""
+    count, burst_count = counts
     core = k8s.CoreV1Api(plane.api)
     for name in (PROBE_NAMESPACE, *MODE_NAMESPACES.values()):
         ensure_namespace(core, name)
@@ -671,7 +714,7 @@ def measure(
             if time.monotonic() > deadline:
                 return run
             if concurrency == 1:
-                turns = [Cell(mode, 1) for mode in order]
+                turns = [Cell(mode, 1, round_index=round_index) for mode in order]
                 measured(
                     round_index, turns, partial(run_interleaved, plane, turns, count, deadline)
                 )
@@ -680,8 +723,8 @@ def measure(
             # others' load. A burst leaves garbage for the apiserver to collect, so each
             # round's concurrency-1 turns come before its bursts.
             for mode in order:
-                cell = Cell(mode, concurrency)
-                measured(round_index, [cell], partial(run_cell, plane, cell, count, deadline))
+                cell = Cell(mode, concurrency, round_index=round_index)
+                measured(round_index, [cell], partial(run_cell, plane, cell, burst_count, deadline))
     return run
 
 
@@ -713,8 +756,16 @@ def print_attribution(run: Run) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--count", type=int, default=300, help="measured creates per cell")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of all five modes")
+    parser.add_argument(
+        "--count", type=int, default=300, help="measured turns per round at concurrency 1"
+    )
+    parser.add_argument(
+        "--burst-count",
+        type=int,
+        default=1500,
+        help="measured creates per mode and round above concurrency 1",
+    )
+    parser.add_argument("--rounds", type=int, default=4, help="rounds of all five modes")
     parser.add_argument("--concurrency", type=int, action="append", help="default 1 and 8")
     parser.add_argument("--max-seconds", type=float, default=600.0, help="bound on the run")
     parser.add_argument("--workers", type=int, help="gunicorn workers (default: as serve)")
@@ -742,7 +793,15 @@ def main(argv: list[str] | None = None) -> int:
             )
             noop = NoopWebhook(workdir, server.cert_dir)
             try:
-                run = measure(plane, server, noop, concurrencies, args.rounds, args.count, deadline)
+                run = measure(
+                    plane,
+                    server,
+                    noop,
+                    concurrencies,
+                    args.rounds,
+                    (args.count, args.burst_count),
+                    deadline,
+                )
             finally:
                 noop.stop()
                 server.stop()

@@ -59,3 +59,23 @@ def test_interleaved_turns_report_no_cpu_per_mode_and_compare_latencies() -> Non
     assert "target c=1 p50 shipped <= 3.0x noop: met" in text
     assert "target c=1 p50 compiled <= 1.25x noop: met" in text
     assert met
+
+
+def test_batches_report_each_rounds_ratios_beside_the_pooled_ones() -> None:
+    # Round 0 quiet; round 1 with a slow spell under "none" that makes its ratios odd.
+    added_ms = [
+        {"none": 0.0, "noop": 2.0, "reference": 2.2, "shipped": 5.0, "compiled": 2.5},
+        {"none": 3.0, "noop": 2.5, "reference": 3.0, "shipped": 6.0, "compiled": 3.2},
+    ]
+    cells = []
+    for index, round_added in enumerate(added_ms):
+        for mode, extra in round_added.items():
+            latencies = [(5.0 + extra + d) / 1000 for d in (-0.2, 0.0, 0.2)]
+            cells.append(Cell(mode, 8, latencies=latencies, round_index=index))
+    _, lines = report(cells, [8])
+    text = "\n".join(lines)
+    # Round 0: shipped 5.0 / 2.0; round 1: (6.0 - 3.0) / (2.5 - 3.0) has no meaning.
+    assert "round by round: shipped 2.50-2.50x (median 2.50x) noop" in text
+    assert "compiled 0.07-0.50x (median 0.28x) shipped" in text
+    # A no-op webhook adding nothing (p99 here) gives no multiple rather than a wrong one.
+    assert "nanx" not in text
