@@ -97,6 +97,49 @@ class CommonPath:
     facts: dict[str, str]
 
 
+# The request's problems and the general path's choices, known for a common share.
+_DECIDED = {"fp": "''", "whole": "false", "rp": "[]", "bad": "[]", "none": "false", "pp": "[]"}
+# What the common share's constant maps give (the pool's index, slots, share, as written).
+_COLUMNS: dict[str, Callable[[CommonShare], str]] = {
+    "pi": lambda x: str(x.pool_index),
+    "fx": lambda x: cel.double(x.fraction),
+    "slots": lambda x: str(x.slots),
+    "ff": lambda x: s(x.formatted),
+}
+_ANNOTATIONS = "object.metadata.annotations"
+_FRACTION = f"{_ANNOTATIONS}[{s(FRACTION_ANNOTATION)}]"
+# The request's and the container's variables (request_cel, plan) under the guard: only
+# gpu-fraction asked, so no memory, container name or node-memory pool, the first container.
+_USUAL = {
+    "a": _ANNOTATIONS,
+    "hf": "true",
+    "hm": "false",
+    "hc": "false",
+    "ft": _FRACTION,
+    "mt": "''",
+    "cn": "''",
+    "fok": "true",
+    "mok": "false",
+    "f": f"double({_FRACTION})",
+    "ci": "0",
+    "c": "object.spec.containers[0]",
+    "cpath": s("/spec/containers/0"),
+    "bn": "false",
+    "nm": "0",
+    "common": "true",
+}
+
+
+def _guard(texts: str) -> str:
+    """``common`` read from the pod's annotations alone (no variable evaluated)."""
+    others = (MEMORY_ANNOTATION, CONTAINER_ANNOTATION, DEVICES_ANNOTATION)
+    return (
+        f"{s(FRACTION_ANNOTATION)} in {_ANNOTATIONS} && "
+        + " && ".join(f"!({s(name)} in {_ANNOTATIONS})" for name in others)
+        + f" && {_FRACTION} in {texts}"
+    )
+
+
 def decide_common_shares(policy: Policy, variables: list[tuple[str, str]]) -> CommonPath | None:
     """The plan's ``variables`` with a ``common`` variable (a pod asking only
     ``gpu-fraction``, with a common share) and, where it holds, the pool, slots and share
@@ -107,56 +150,17 @@ def decide_common_shares(policy: Policy, variables: list[tuple[str, str]]) -> Co
     if not shares:
         return None
 
-    def table(value: Callable[[CommonShare], str], key: str = f"{V}ft") -> str:
+    def table(value: Callable[[CommonShare], str], key: str) -> str:
         entries = ", ".join(f"{s(x.text)}: {value(x)}" for x in shares)
         return f"{{{entries}}}[{key}]"
 
     texts = cel.strings(x.text for x in shares)
     known = f"{V}hf && !{V}hm && !{V}hc && !({s(DEVICES_ANNOTATION)} in {V}a) && {V}ft in {texts}"
-    annotations = "object.metadata.annotations"
-    fraction = f"{annotations}[{s(FRACTION_ANNOTATION)}]"
-    guard = (
-        f"{s(FRACTION_ANNOTATION)} in {annotations} && "
-        + " && ".join(
-            f"!({s(name)} in {annotations})"
-            for name in (MEMORY_ANNOTATION, CONTAINER_ANNOTATION, DEVICES_ANNOTATION)
-        )
-        + f" && {fraction} in {texts}"
-    )
-    columns: dict[str, Callable[[CommonShare], str]] = {
-        "pi": lambda x: str(x.pool_index),
-        "fx": lambda x: cel.double(x.fraction),
-        "slots": lambda x: str(x.slots),
-        "ff": lambda x: s(x.formatted),
-    }
-    decided = {
-        "fp": "''",
-        "whole": "false",
-        "rp": "[]",
-        "bad": "[]",
-        "none": "false",
-        "pp": "[]",
-        **{name: table(value) for name, value in columns.items()},
-    }
+    decided = {**_DECIDED, **{n: table(value, f"{V}ft") for n, value in _COLUMNS.items()}}
     facts = {
-        **{name: value for name, value in decided.items() if name not in columns},
-        **{name: table(value, fraction) for name, value in columns.items()},
-        "a": annotations,
-        "hf": "true",
-        "hm": "false",
-        "hc": "false",
-        "ft": fraction,
-        "mt": "''",
-        "cn": "''",
-        "fok": "true",
-        "mok": "false",
-        "f": f"double({fraction})",
-        "ci": "0",
-        "c": "object.spec.containers[0]",
-        "cpath": s("/spec/containers/0"),
-        "bn": "false",
-        "nm": "0",
-        "common": "true",
+        **_DECIDED,
+        **{name: table(value, _FRACTION) for name, value in _COLUMNS.items()},
+        **_USUAL,
     }
     result = []
     for name, general in variables:
@@ -166,4 +170,4 @@ def decide_common_shares(policy: Policy, variables: list[tuple[str, str]]) -> Co
             result.append((name, general))
         if name == "cn":
             result.append(("common", known))
-    return CommonPath(result, guard, facts)
+    return CommonPath(result, _guard(texts), facts)
