@@ -669,12 +669,12 @@ def measure(
     noop: NoopWebhook,
     concurrencies: Sequence[int],
     rounds: int,
-    counts: tuple[int, int],
+    count: int,
+    burst_count: int,
     deadline: float,
 ) -> Run:
-    """Every round: the concurrency-1 turns (``counts[0]`` of them), then one batch of
-    ``counts[1]`` creates per mode at each higher concurrency."""
-    count, burst_count = counts
+    """Every round: ``count`` concurrency-1 turns, then one batch of ``burst_count``
+    creates per mode at each higher concurrency."""
     core = k8s.CoreV1Api(plane.api)
     for name in (PROBE_NAMESPACE, *MODE_NAMESPACES.values()):
         ensure_namespace(core, name)
@@ -799,7 +799,8 @@ def main(argv: list[str] | None = None) -> int:
                     noop,
                     concurrencies,
                     args.rounds,
-                    (args.count, args.burst_count),
+                    args.count,
+                    args.burst_count,
                     deadline,
                 )
             finally:

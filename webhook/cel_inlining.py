@@ -72,6 +72,15 @@ def _inside_comprehension(text: str, position: int, spans: list[tuple[int, int]]
     return False
 
 
+def _replaced(text: str, name: str, positions: Sequence[int], replacement: str) -> str:
+    """``text`` with the uses of ``variables.<name>`` at ``positions`` (from ``_uses``)
+    replaced by ``replacement``."""
+    for position in reversed(positions):
+        end = position + len(PREFIX + name)
+        text = text[:position] + replacement + text[end:]
+    return text
+
+
 def _uses(name: str, text: str) -> list[int]:
     spans = _code_spans(text)
     return [m.start() for m in _references(name).finditer(text) if _in_code(m.start(), spans)]
@@ -111,10 +120,7 @@ def fold_variables(
             continue
         del expressions[name]
         for key, positions in used:
-            folded = texts[key]
-            for position in reversed(positions):
-                end = position + len(PREFIX + name)
-                folded = folded[:position] + f"({body})" + folded[end:]
+            folded = _replaced(texts[key], name, positions, f"({body})")
             if isinstance(key, str):
                 expressions[key] = folded
             else:
@@ -144,9 +150,7 @@ def bind_all(variables: Sequence[tuple[str, str]], expression: str) -> str:
 
     def renamed(text: str) -> str:
         for name in needed:
-            for position in reversed(_uses(name, text)):
-                end = position + len(PREFIX + name)
-                text = text[:position] + BOUND_PREFIX + name + text[end:]
+            text = _replaced(text, name, _uses(name, text), BOUND_PREFIX + name)
         return text
 
     text = renamed(expression)
@@ -187,9 +191,7 @@ def specialize(
                 if name not in copies:
                     copies[name] = ""  # placeholder: a variable cannot use itself
                     copies[name] = rewrite(body)
-            for position in reversed(positions):
-                end = position + len(PREFIX + name)
-                text = text[:position] + replacement + text[end:]
+            text = _replaced(text, name, positions, replacement)
         return text
 
     rewritten = [rewrite(text) for text in texts]

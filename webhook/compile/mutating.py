@@ -322,7 +322,7 @@ class MutatingPolicy:
             f"{stale} + ({V}whole ? {' + '.join(whole_ops)} : {shared})"
         )
         common = self.plan.common
-        if common is not None and self.plan.fast_path is not None:
+        if common is not None:
             # The usual pod: its share decided at compile time, the plan's known values
             # read inline, only what the pod still decides evaluated as variables.
             (condition, ops), usual = specialize(

@@ -68,14 +68,13 @@ class PlanCel(RequestCel, AsksCel, FrameworksCel):
         self._container()
         self._placement()
         self._problems()
-        # Without common shares every pod takes the general path.
+        # Without common shares (``common`` None) every pod takes the general path.
         self.common = decide_common_shares(self.policy, self.variables)
-        # A common share on a clean pod has no problem but the framework's: the patch can
-        # skip the problem lists (``bad``, ``problems``) and go straight to its ops.
-        self.fast_path: str | None = None
         if self.common is not None:
             self.variables = self.common.variables
-            self.fast_path = f"{V}clean && !({self.framework_refused})"
+        # A common share on a clean pod has no problem but the framework's: the patch can
+        # skip the problem lists (``bad``, ``problems``) and go straight to its ops.
+        self.fast_path = f"{V}clean && !({self.framework_refused})"
 
     def _pool_fraction(self, pool: Pool) -> str:
         if pool.gpu_memory_mib is None:
