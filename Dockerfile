@@ -4,7 +4,7 @@
 #
 #   docker build -t gpushare:0.1.0 .                  # stock python slim base (a registry)
 #   scripts/image                                     # no registry: a base from the Debian
-#                                                     # mirror, built with buildah (README)
+#                                                     # mirror, built with buildah (docs/deploying.md)
 #   docker run --rm -p 8443:8443 -v "$PWD/certs:/etc/gpushare/tls:ro" gpushare:0.1.0
 #
 # BASE is any image with a Python 3.11+ interpreter as `python3` that has the venv module
@@ -52,7 +52,7 @@ COPY --from=project /opt/project/ /opt/gpushare/
 COPY policies/ /etc/gpushare/policies/
 
 # MALLOC_ARENA_MAX: glibc's per-thread heaps would keep a large request's memory spread
-# out after it is done (webhook/server/serve.py sets the same for `gpushare serve`).
+# out after it is done (webhook/cli/serve.py sets the same for `gpushare serve`).
 ENV PATH=/opt/gpushare/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

@@ -164,7 +164,9 @@ def measure(port: int, context: ssl.SSLContext, bodies: list[bytes], seconds: fl
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--worker", choices=("read-ahead", "gthread"), default="read-ahead")
+    parser.add_argument(
+        "--worker", choices=("read-ahead", "gthread", "gevent"), default="read-ahead"
+    )
     parser.add_argument("--held", type=int, default=64, help="connections held per kind")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=6.0, help="per measurement")
@@ -183,8 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("GPUSHARE_")}
     environ.update(settings.to_environ(), PYTHONPATH=str(REPO), MALLOC_ARENA_MAX="2")
     command = [sys.executable, "-m", "gunicorn", "--config", GUNICORN_CONFIG]
-    if args.worker == "gthread":
-        command += ["--worker-class", "gthread"]
+    if args.worker != "read-ahead":
+        command += ["--worker-class", args.worker]
     log = (work / "server.log").open("wb")
     server = subprocess.Popen(
         [*command, SERVICE_APP], cwd=REPO, env=environ, stdout=log, stderr=log

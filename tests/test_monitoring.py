@@ -38,9 +38,9 @@ from werkzeug.test import Client
 
 from tests.node.node_fakes import A100, fake_gpus_file, mps_daemon_policy, write_fake_control
 from tests.server.support import BUNDLED_POLICIES, running_server, wait_until
+from webhook.policy_store import PolicyStore
 from webhook.server.app import create_app
 from webhook.server.metrics import AdmissionMetrics
-from webhook.server.policy_store import PolicyStore
 
 REPO = Path(__file__).resolve().parents[1]
 MONITORING = REPO / "deploy" / "monitoring"

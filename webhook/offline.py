@@ -29,11 +29,11 @@ from webhook.core import (
     check_template,
     mutate,
     mutated_pod,
+    pod_shape_problem,
     workload_kind,
 )
 from webhook.errors import ManifestError
 from webhook.manifest import Document
-from webhook.server.pod_shape import pod_shape_problem
 
 REPORT_API_VERSION = "gpushare.io/v1alpha1"
 ALLOWED, DENIED, UNTOUCHED = "allowed", "denied", "untouched"

@@ -1,8 +1,12 @@
-"""BoundedMemo: computed once per key, never more entries than its bound."""
+"""BoundedMemo: computed once per key, never more entries than its bound. PerObject: one
+value per live owner, by identity, gone with its owner."""
 
 from __future__ import annotations
 
-from webhook.core.memo import BoundedMemo
+import gc
+from dataclasses import dataclass
+
+from webhook.core.memo import BoundedMemo, PerObject
 
 
 def test_a_value_is_computed_once_per_key() -> None:
@@ -37,3 +41,28 @@ def test_values_keep_refuses_are_computed_every_time() -> None:
         memo.get_or_compute(n, check, n)
     assert calls == [1, -1, -1]
     assert len(memo) == 1
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Compares by value, as a PolicySet does."""
+
+    name: str
+
+
+def test_each_owner_has_its_own_value_even_when_equal() -> None:
+    kept: PerObject[list[str]] = PerObject(list)
+    first, second = Owner("a"), Owner("a")
+    kept.of(first).append("first's")
+    assert kept.of(first) == ["first's"]
+    assert kept.of(second) == []
+    assert len(kept) == 2
+
+
+def test_a_value_goes_with_its_owner() -> None:
+    kept: PerObject[list[str]] = PerObject(list)
+    owner = Owner("a")
+    kept.of(owner).append("x")
+    del owner
+    gc.collect()
+    assert len(kept) == 0

@@ -24,8 +24,8 @@ import orjson
 
 from webhook.constants import APPLIED_ANNOTATION, REQUEST_ANNOTATIONS
 from webhook.core import PolicySet, WorkloadKind, check_template, mutate, validate, workload_kind
+from webhook.policy_store import PolicyStore
 from webhook.server.app import WebhookApp, create_app
-from webhook.server.policy_store import PolicyStore
 
 REPO = Path(__file__).resolve().parents[2]
 # The bundled default plus both examples: time-slicing, mps (ml-*) and mps-daemon

@@ -17,7 +17,7 @@ from pathlib import Path
 from fake_nvml import FakeNvml
 
 from webhook.cli import build_parser
-from webhook.node.commands import run_mps_daemon
+from webhook.cli.node_commands import run_mps_daemon
 
 
 def main(argv: list[str]) -> int:

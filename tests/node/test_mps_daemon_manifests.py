@@ -9,12 +9,12 @@ from typing import Any
 
 import yaml
 
+from webhook.cli.node_commands import add_node_commands
 from webhook.constants import (
     DEVICE_PLUGIN_CONFIG_LABEL,
 )
 from webhook.core.policy.loader import load_policies
 from webhook.core.policy.model import Mode
-from webhook.node.commands import add_node_commands
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy/mps-daemon"

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_readme_plan_example_is_current(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs/planning.md").read_text()
     block = re.search(r"```\n\$ (gpushare plan .*?)\n(.*?)\n```", readme, re.DOTALL)
     assert block, "the README's gpushare plan example"
     command_lines, printed = [], []

@@ -12,10 +12,10 @@ import pytest
 from werkzeug.test import Client
 
 from webhook.json_logging import json_handler
+from webhook.policy_store import PolicyStore
 from webhook.server.app import WebhookApp, create_app
 from webhook.server.batched_log import ADMISSION_LOGGER
 from webhook.server.metrics import AdmissionMetrics
-from webhook.server.policy_store import PolicyStore
 
 from .support import BUNDLED_POLICIES
 

@@ -170,7 +170,7 @@ def running_server(
     command = [
         sys.executable,
         "-m",
-        "webhook.server",
+        "webhook.cli",
         "serve",
         "--port",
         str(port),

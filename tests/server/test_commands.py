@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from webhook.cli import main
-from webhook.server.serve import (
+from webhook.cli.serve import (
     CertificateSource,
     Prepared,
     ServeError,
@@ -112,7 +112,7 @@ def test_settings_errors_name_the_variable() -> None:
 
 
 def test_serve_flags_reach_the_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from webhook.server import serve_command
+    from webhook.cli import serve_command
 
     started: list[ServeSettings] = []
     monkeypatch.setattr(serve_command, "exec_gunicorn", started.append)

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from werkzeug.test import Client
 
+from webhook.policy_store import PolicyStore
 from webhook.server.app import WebhookApp, create_app
-from webhook.server.policy_store import PolicyStore
 
 from .support import BUNDLED_POLICIES, annotated_pod, review
 

@@ -12,9 +12,9 @@ import jsonpatch
 import pytest
 from werkzeug.test import Client
 
+from webhook.policy_store import PolicyStore
 from webhook.server import admission
 from webhook.server.app import create_app
-from webhook.server.policy_store import PolicyStore
 
 from .support import annotated_pod, decoded_patch, plain_pod, review
 
@@ -369,13 +369,13 @@ def test_failure_outside_the_core_is_a_json_500(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A failure in the admission layer itself (here: reading the body) is still enveloped."""
-    from webhook.server import app as app_module
+    from webhook.server import endpoint as endpoint_module
 
-    def broken() -> bytes:
+    def broken(environ: object, max_body_bytes: int) -> bytes:
         raise ConnectionResetError("client went away")
 
     caplog.set_level(logging.INFO, logger="gpushare.admission")
-    monkeypatch.setattr(app_module, "read_body", broken)
+    monkeypatch.setattr(endpoint_module, "read_body", broken)
     error = error_of(client.post("/mutate", json=review(annotated_pod())), 500)
     assert "went away" not in error["status"]["message"]
     (line,) = [json.loads(line) for line in admission_log_stream.getvalue().splitlines()]

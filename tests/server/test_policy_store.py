@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from werkzeug.test import Client
 
+from webhook.policy_store import PolicyStore, ReloadResult
 from webhook.server.app import create_app
 from webhook.server.metrics import AdmissionMetrics
-from webhook.server.policy_store import PolicyStore, ReloadResult
 
 from .support import BUNDLED_POLICIES, wait_until
 

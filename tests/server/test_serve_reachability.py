@@ -16,11 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from webhook.cli import main
+from webhook.cli import main, serve, serve_command
+from webhook.cli.host_addresses import HostAddress, host_addresses
+from webhook.cli.serve import CertificateSource, ServeError, prepare, startup_message
 from webhook.install.certs import certificate_names, load_certificate
-from webhook.server import serve, serve_command
-from webhook.server.host_addresses import HostAddress, host_addresses
-from webhook.server.serve import CertificateSource, ServeError, prepare, startup_message
 from webhook.server.settings import ServeSettings
 
 from .support import BUNDLED_POLICIES, REPO, running_server, wait_until

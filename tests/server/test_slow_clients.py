@@ -214,7 +214,9 @@ def test_pipelined_requests_answered_in_the_loop_come_back_in_order(
         requests = b"".join(
             b"GET /healthz?n=%d HTTP/1.1\r\nHost: webhook\r\n\r\n" % n for n in range(count)
         )
-        client.sendall(requests + b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n")
+        client.sendall(
+            requests + b"GET /healthz HTTP/1.1\r\nHost: webhook\r\nConnection: close\r\n\r\n"
+        )
         answers = _answers_until_closed(client, within=30.0)
     assert answers == count + 1
 

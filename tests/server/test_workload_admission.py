@@ -19,8 +19,8 @@ from werkzeug.test import Client
 
 from webhook.core import WORKLOAD_KINDS, WorkloadKind, check_template, load_policies, mutate
 from webhook.core.workloads import controller_pod
+from webhook.policy_store import PolicyStore
 from webhook.server.app import create_app
-from webhook.server.policy_store import PolicyStore
 from webhook.server.review import clean_warnings
 
 from .support import BUNDLED_POLICIES, annotated_pod, review

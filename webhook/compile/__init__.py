@@ -1,21 +1,10 @@
 """gpushare's YAML policies compiled to Kubernetes admission policies: no webhook in the pod
 path (``gpushare compile``).
 
-    plan        one policy's decision as CEL variables (request, container, pool, problems)
-    selection   which policy governs a pod, as one CEL condition per policy
-    mutating    the MutatingAdmissionPolicy and binding: the webhook's patch as JSONPatch
-    jsonpatch_cel  JSONPatch ops as CEL (paths, values, missing parents)
-    common_shares  the shares people write, decided when compiling (constant maps), and
-                what the usual pod's branch of the patch can read inline
-    validating  the ValidatingAdmissionPolicies and bindings: the webhook's denials
-    refusals    what cannot be compiled (refused, naming the field), and what is left out
-    cel         CEL text: literals, globs, the number formatting the webhook uses
-    (webhook.cel_inlining, shared with the safety net: fewer CEL variables, short and
-    single-use ones folded into their users, and fewer evaluated in the usual pod's branch)
-
 Pure: a ``PolicySet`` in, a list of Kubernetes objects (plain dicts) out, or
 ``CompileRefusedError``. The webhook stays the reference; tests/e2e/test_compiled_policies.py holds
-the two equal through a real kube-apiserver.
+the two equal through a real kube-apiserver. This is the package's face: other packages
+import only the names in ``__all__``. Layout: docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """The decision: annotation + policy + pod in, a verdict (a JSON Patch or a denial) out.
 
 Pure: plain dicts and frozen values in, new values out; no I/O but reading policy files,
-no environment, no web framework. The server, the CLI, the node side and the install tools use only
-the names below; the modules behind them are free to change.
-
-    request      the annotations, read strictly         policy/   documents -> PolicySet
-    placement    fraction -> pool and slots             modes/    one module per sharing mode
-    frameworks   TensorFlow / JAX / PyTorch env knobs   memo      bounded memos (plan_memos)
-    planning     the decision: a plan of edits, built in a draft by container_resources,
-                 container_env, mode_edits and injections
-    edits, patch, render   edits -> exact JSON Patch / planned pod
-    verdict      mutate / validate: the webhooks' answers
-    workloads    pod templates (Deployment, Job, CronJob, ...) checked as the pods they make
-    modes.dra.namespace_templates   the dra mode's ResourceClaimTemplates for a namespace
-    knobs, images, request limits, PIPE_VOLUME, format_fraction: what the policy compiler
-                 (webhook.compile) reads to say in CEL what the core decides
+no environment, no web framework. This is the package's face: the server, the CLI, the node
+side and the install tools use only the names below; the modules behind them are free to
+change. Layout: docs/architecture.md.
 """
 
 from webhook.core.framework_images import (
@@ -40,6 +29,7 @@ from webhook.core.modes import (
 )
 from webhook.core.placement import Placement, format_fraction
 from webhook.core.planning import Decision, Denied, Planned, Untouched
+from webhook.core.pod_shape import pod_shape_problem
 from webhook.core.policy.loader import (
     default_policies_path,
     load_policies,
@@ -126,6 +116,7 @@ __all__ = [
     "namespace_templates",
     "parse_version",
     "place_request",
+    "pod_shape_problem",
     "pod_template",
     "read_policy_files",
     "read_request",

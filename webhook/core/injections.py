@@ -6,6 +6,7 @@ from __future__ import annotations
 from webhook.core.container_env import apply_env
 from webhook.core.draft import PlanDraft
 from webhook.core.modes import EnvSetting
+from webhook.core.plan_memos import plan_memos
 from webhook.core.policy.model import Policy
 
 
@@ -19,7 +20,7 @@ def apply_injections(draft: PlanDraft) -> None:
     policy = draft.policy
     inject = policy.inject
     if inject.env:
-        memo = draft.policies.plan_memos.inject_env
+        memo = plan_memos(draft.policies).inject_env
         apply_env(draft, memo.get_or_compute(id(policy), _env_settings, policy))
     for key, value in inject.labels.items():
         draft.edits.set(("metadata", "labels", key), value)

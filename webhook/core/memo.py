@@ -4,10 +4,14 @@ Admission repeats the same few computations for every pod of a policy (placement
 changes, the framework knobs, policy selection); remembering them keeps them off the hot
 path. Keys come from requests, so a memo must stay bounded: when full it starts over, which
 costs one recomputation per key and needs no bookkeeping on hits.
+
+``PerObject``: such memos kept per policy set by the code that fills them, not by the set,
+so the policy model knows nothing of planning or selection.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar, TypeVarTuple
 
@@ -41,6 +45,38 @@ class BoundedMemo(Generic[K, V]):
                 if len(self._values) >= self.limit:
                     self._values.clear()
                 self._values[key] = value
+        return value
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+class PerObject(Generic[V]):
+    """One value per live object (its owner), found by identity: made by ``make`` on first
+    use and dropped when the owner is collected, so it lives exactly as long as what it was
+    computed from without the owner holding it (or importing its type).
+
+    Keyed by ``id(owner)`` rather than by the owner (a ``WeakKeyDictionary``) because equal
+    owners must not share: a ``PolicySet`` compares by value, but the memos planning keeps
+    for one hold ``id(policy)`` of its own policies. An id is reused only after its object
+    is gone, and the entry goes first: the weakref callback runs before the memory is freed.
+    """
+
+    __slots__ = ("_make", "_values")
+
+    def __init__(self, make: Callable[[], V]) -> None:
+        self._make = make
+        self._values: dict[int, V] = {}
+
+    def of(self, owner: object) -> V:
+        """The value kept for ``owner``, made now if it has none yet."""
+        value = self._values.get(id(owner))
+        if value is None:
+            key = id(owner)
+            value = self._values.setdefault(key, self._make())
+            # Two threads may both get here for a new owner: they share the value setdefault
+            # kept, and the second removal finds nothing.
+            weakref.finalize(owner, self._values.pop, key, None).atexit = False
         return value
 
     def __len__(self) -> int:

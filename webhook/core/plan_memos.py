@@ -1,9 +1,10 @@
 """The memos planning keeps per policy set: one per planning step that is a pure function of
 a policy and a request or placement, each named for what it holds.
 
-They hang off the ``PolicySet`` (``PolicySet.plan_memos``) so they live and die with the
+They are kept here, per ``PolicySet`` (``plan_memos(policies)``), and live and die with the
 policies they were computed from: keys hold ``id(policy)``, which stays unique while the set
-is alive. Only the container-dependent rest of a plan is computed per pod.
+is alive. The set itself does not hold them, so the policy model imports nothing of the
+planner. Only the container-dependent rest of a plan is computed per pod.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from webhook.core.frameworks import FrameworkEnv
-from webhook.core.memo import BoundedMemo
+from webhook.core.memo import BoundedMemo, PerObject
 from webhook.core.modes import EnvSetting, ModeChanges
 from webhook.core.placement import Placement
-from webhook.core.policy.model import Policy
+from webhook.core.policy.model import Policy, PolicySet
 from webhook.core.request import GpuRequest
 
 # id(policy), pool name, slots, fraction, node GPU memory, memory asked, devices: everything
@@ -60,3 +61,11 @@ class PlanMemos:
     )
     # The policy's ``inject.env`` as env settings, by policy.
     inject_env: BoundedMemo[int, tuple[EnvSetting, ...]] = field(default_factory=BoundedMemo)
+
+
+_BY_POLICY_SET: PerObject[PlanMemos] = PerObject(PlanMemos)
+
+
+def plan_memos(policies: PolicySet) -> PlanMemos:
+    """The memos of the planning steps for these policies; they go when the set goes."""
+    return _BY_POLICY_SET.of(policies)

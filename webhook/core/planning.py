@@ -43,7 +43,7 @@ from webhook.core.mode_edits import (
 )
 from webhook.core.modes import ModeChanges, mode_changes, place_request, whole_gpu_changes
 from webhook.core.placement import Placement, format_fraction
-from webhook.core.plan_memos import placement_key
+from webhook.core.plan_memos import placement_key, plan_memos
 from webhook.core.policy.model import Mode, Policy, PolicySet
 from webhook.core.policy.schemes import KAI_SCHEDULER
 from webhook.core.policy.selection import select_policy
@@ -160,7 +160,7 @@ def _plan(draft: PlanDraft, request: GpuRequest) -> Decision:
     if request.is_whole:
         record = _whole_gpus(draft, request)
     else:
-        placement = draft.policies.plan_memos.placements.get_or_compute(
+        placement = plan_memos(draft.policies).placements.get_or_compute(
             (id(policy), request), place_request, policy, request
         )
         if isinstance(placement, list):
@@ -225,7 +225,7 @@ def _shared(draft: PlanDraft, placement: Placement) -> dict[str, Any]:
     policy = draft.policy
     if draft.explaining:
         draft.explanation.append(f"placement: {placement.reason}")
-    memos = draft.policies.plan_memos
+    memos = plan_memos(draft.policies)
     key = placement_key(policy, placement)
     changes = memos.mode_changes.get_or_compute(key, mode_changes, policy, placement)
     set_container_resources(draft, changes.resources)

@@ -105,7 +105,7 @@ class Outcome:
     lines: list[str] = field(default_factory=list)
 
 
-def connect(kubeconfig: Path | None) -> k8s.ApiClient:
+def connect_to_cluster(kubeconfig: Path | None) -> k8s.ApiClient:
     """In-cluster config (the Job's ServiceAccount) unless a kubeconfig is given."""
     try:
         if kubeconfig is not None:

@@ -1,10 +1,55 @@
-"""The node side of gpushare: what runs on (or is generated for) the GPU nodes themselves.
+"""The node side of gpushare: what runs on (or is generated for) the GPU nodes themselves:
+the MPS daemon launcher and the NVIDIA device plugin configs of the policies' pools.
 
-``nvml`` discovers the node's GPUs, ``compute_mode`` switches them to EXCLUSIVE_PROCESS and
-back, ``mps_control`` speaks to NVIDIA's MPS control daemon, ``supervisor`` keeps that daemon
-healthy, ``readiness`` publishes its verdict on the Node (through ``node_api``),
-``status_server`` serves /healthz and /metrics, ``events`` is the launcher's event log,
-``pools`` finds the pools the policies describe, ``device_plugin_config`` turns them into
-NVIDIA device plugin configs, and ``commands`` wires the ``mps-daemon`` and
-``device-plugin-config`` subcommands into the CLI.
+This is the package's face: other packages import only the names below. Layout:
+docs/architecture.md.
 """
+
+from webhook.node.device_plugin_config import (
+    DEFAULT_CONFIGMAP_NAME,
+    DEFAULT_KEY,
+    DEFAULT_NAMESPACE,
+    WHOLE_GPUS,
+    build_configs,
+    config_map,
+    guidance,
+    helm_values,
+    pool_problems,
+    render,
+)
+from webhook.node.errors import DevicePluginConfigError
+from webhook.node.launcher import (
+    DEFAULT_COMMAND_TIMEOUT_S,
+    DEFAULT_LISTEN,
+    DEFAULT_START_TIMEOUT_S,
+    LauncherOptions,
+    run_launcher,
+)
+from webhook.node.mps_control import DEFAULT_CONTROL_BINARY
+from webhook.node.nvml import Nvml
+from webhook.node.pools import pool_conflict_refs, pool_refs
+from webhook.node.supervisor import SupervisorSettings
+
+__all__ = [
+    "DEFAULT_COMMAND_TIMEOUT_S",
+    "DEFAULT_CONFIGMAP_NAME",
+    "DEFAULT_CONTROL_BINARY",
+    "DEFAULT_KEY",
+    "DEFAULT_LISTEN",
+    "DEFAULT_NAMESPACE",
+    "DEFAULT_START_TIMEOUT_S",
+    "WHOLE_GPUS",
+    "DevicePluginConfigError",
+    "LauncherOptions",
+    "Nvml",
+    "SupervisorSettings",
+    "build_configs",
+    "config_map",
+    "guidance",
+    "helm_values",
+    "pool_conflict_refs",
+    "pool_problems",
+    "pool_refs",
+    "render",
+    "run_launcher",
+]

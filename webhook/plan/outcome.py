@@ -6,7 +6,7 @@ Per pool (``Demand.group``): the admitted pods packed by first-fit decreasing
 spans two GPUs; for whole GPUs the node bins themselves), the lower bound, and what the
 bound on the packing is. Per scheme: those summed, against one GPU per pod, the compute and
 memory asked but left idle on the GPUs used, what is isolated, and the pods not served with
-the core's reasons.
+the core's reasons. ``plan``: every scheme's outcome, side by side.
 """
 
 from __future__ import annotations
@@ -16,11 +16,14 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from webhook.core import PolicySet
 from webhook.plan.demand import Demand
 from webhook.plan.isolation import Isolation, isolation
 from webhook.plan.packing import Item, Packing, first_fit_decreasing
-from webhook.plan.schemes import Fate, Scheme
+from webhook.plan.schemes import Fate, Scheme, fates, schemes
+from webhook.plan.workload import Workload
 
+DEFAULT_GPUS_PER_NODE = 8
 EXACT = "exact: every pod takes the same share, so any order fills the same bins"
 ONE_DIMENSION = "FFD <= 11/9 x optimum + 6/9 (Dosa 2007); optimum >= lower bound"
 SEVERAL_DIMENSIONS = "vector FFD, no constant bound; optimum >= lower bound"
@@ -204,3 +207,17 @@ def outcome(scheme: Scheme, fates: Sequence[Fate]) -> SchemeOutcome:
         tuple((mode, isolation(mode)) for mode in sorted(modes)),
         tuple(sorted(modes)),
     )
+
+
+def plan(
+    workloads: Sequence[Workload],
+    policies: PolicySet,
+    *,
+    names: Sequence[str] = (),
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
+) -> list[SchemeOutcome]:
+    """Every scheme's outcome for the workloads, in scheme order."""
+    return [
+        outcome(scheme, fates(scheme, workloads, gpus_per_node))
+        for scheme in schemes(policies, names)
+    ]

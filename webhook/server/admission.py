@@ -1,11 +1,7 @@
-"""From an admission request to its answer: decode once, handle, complete.
+"""What an admission endpoint decides for a decoded request: the scope rules, then the core.
 
-Owns the two steps between HTTP and the core, in the shape of controller-runtime's admission
-package:
+``endpoint.AdmissionEndpoint`` reads and decodes the request; this module decides it:
 
-- ``review_pipeline``: Content-Type and size checks, ``decode_review`` (once), the handler,
-  then ``AdmissionResponse.complete`` (the uid), whatever happened; a handler that raises
-  becomes a 500 that still echoes the uid, so the apiserver's failurePolicy decides.
 - ``pod_handler``: the scope rules before the core sees a pod. Only CREATE of core v1 pods is
   looked at (anything else is allowed unchanged), a pod whose field types the core cannot
   read is a 400, and a worker with no policies loaded answers 503 rather than guess. The
@@ -35,23 +31,18 @@ from webhook.core import (
     Verdict,
     check_template,
     mutate,
+    pod_shape_problem,
     pod_template,
     template_changed,
     validate,
     workload_kind,
 )
-from webhook.server.body_budget import BodyBudget
-from webhook.server.pod_shape import pod_shape_problem
-from webhook.server.policy_store import PolicyStore
-from webhook.server.request_body import UnreadableBodyError
+from webhook.policy_store import PolicyStore
 from webhook.server.review import (
-    JSON_CONTENT_TYPE,
     AdmissionRequest,
     AdmissionResponse,
-    MalformedReviewError,
     Outcome,
     allowed,
-    decode_review,
     denied,
     errored,
     patched,
@@ -60,12 +51,7 @@ from webhook.server.review import (
 log = logging.getLogger("gpushare.server")
 
 # What an admission endpoint does with a decoded request.
-Handler = Callable[[AdmissionRequest], AdmissionResponse]
-# Reads the request body: None when it is (or declares to be) over the cap.
-BodyReader = Callable[[], bytes | None]
-# An endpoint as the HTTP layer calls it: the request's Content-Type and a way to read its
-# body in, the completed response out.
-ReviewPipeline = Callable[[str, BodyReader], AdmissionResponse]
+Decide = Callable[[AdmissionRequest], AdmissionResponse]
 CoreDecision = Callable[[Mapping[str, Any], str, PolicySet], Verdict]
 
 
@@ -78,65 +64,9 @@ CORE_DECISIONS: dict[Endpoint, CoreDecision] = {
     Endpoint.MUTATE: mutate,
     Endpoint.VALIDATE: validate,
 }
-_HANDLER_FAILED = "The webhook failed to evaluate the pod; see its logs."
-_READ_FAILED = "The webhook failed to read the request; see its logs."
-_BUSY = "The webhook is busy decoding other large requests; try again."
 
 
-def _decode_and_handle(body: bytes, handler: Handler) -> AdmissionResponse:
-    try:
-        request = decode_review(body)
-    except MalformedReviewError as bad:
-        return errored(bad.http_status, bad.message).complete(None, bad.uid)
-    try:
-        response = handler(request)
-    except Exception:
-        log.exception("admission failed", extra={"uid": request.uid})
-        response = errored(500, _HANDLER_FAILED)
-    return response.complete(request)
-
-
-def review_pipeline(
-    handler: Handler, max_body_bytes: int, budget: BodyBudget | None = None
-) -> ReviewPipeline:
-    """Decode once, handle, complete: the path every AdmissionReview takes.
-
-    Answers given before a request is decoded have no uid to echo; their defaults are final.
-    Large bodies wait for room in ``budget`` before they are decoded (``body_budget``).
-    """
-    budget = budget or BodyBudget(max_body_bytes)
-    too_large = (
-        f"The request body is larger than {max_body_bytes} bytes; the apiserver never sends "
-        "more than 3 MiB."
-    )
-
-    def review(content_type: str, read_body: BodyReader) -> AdmissionResponse:
-        if content_type != JSON_CONTENT_TYPE and not _is_json(content_type):
-            return errored(
-                415, f"Content-Type must be {JSON_CONTENT_TYPE}, not {content_type or 'missing'!r}."
-            )
-        try:
-            body = read_body()
-        except UnreadableBodyError as error:
-            return errored(400, f"The request body could not be read ({error}).")
-        except Exception:  # a bug in the reader
-            log.exception("reading an admission request failed")
-            return errored(500, _READ_FAILED)
-        if body is None:
-            return errored(413, too_large)
-        with budget.hold(len(body)) as admitted:
-            if not admitted:
-                return errored(503, _BUSY)
-            return _decode_and_handle(body, handler)
-
-    return review
-
-
-def _is_json(content_type: str) -> bool:
-    return content_type.partition(";")[0].strip().lower() == JSON_CONTENT_TYPE
-
-
-def pod_handler(endpoint: Endpoint, store: PolicyStore) -> Handler:
+def pod_handler(endpoint: Endpoint, store: PolicyStore) -> Decide:
     """The handler of ``endpoint``: scope rules, then the core's mutate or validate."""
     may_patch = endpoint is Endpoint.MUTATE
 

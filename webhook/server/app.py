@@ -6,12 +6,12 @@ objects cost more CPU per admission than decoding, checking and answering the re
 together (bench/README.md, "Why no web framework"). Routing is one dict lookup; every
 answer, errors included, is a JSON body with its Content-Length.
 
-``POST /mutate`` and ``POST /validate`` hand the request's Content-Type and a capped body
-reader (``request_body``) to an instrumented review pipeline (``admission``,
-``instrument``). ``/healthz`` says the process answers; ``/readyz`` says it should get
-traffic (policies loaded, certificate valid) and shows why not; ``/metrics`` is the
-Prometheus exposition of all workers. Another path is a 404, another method a 405, both as
-AdmissionReview errors, so an apiserver pointed at the wrong path still reads the reason.
+``POST /mutate`` and ``POST /validate`` are each an ``endpoint.AdmissionEndpoint``, whose
+one method reads the whole request path top to bottom. ``/healthz`` says the process
+answers; ``/readyz`` says it should get traffic (policies loaded, certificate valid) and
+shows why not; ``/metrics`` is the Prometheus exposition of all workers. Another path is a
+404, another method a 405, both as AdmissionReview errors, so an apiserver pointed at the
+wrong path still reads the reason.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import datetime as dt
 import logging
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -28,20 +27,12 @@ from typing import Any
 import orjson
 
 from webhook.core import PolicySet
-from webhook.server.admission import Endpoint, ReviewPipeline, pod_handler, review_pipeline
+from webhook.policy_store import LAST_GOOD_VARIABLE, PolicyStore
+from webhook.server.admission import Endpoint, pod_handler
 from webhook.server.body_budget import BodyBudget
-from webhook.server.instrument import instrumented
+from webhook.server.endpoint import AdmissionEndpoint, HttpAnswer
 from webhook.server.metrics import EXPOSITION_CONTENT_TYPE, AdmissionMetrics
-from webhook.server.policy_store import LAST_GOOD_VARIABLE, PolicyStore
-from webhook.server.request_body import read_body
-from webhook.server.review import (
-    JSON_CONTENT_TYPE,
-    AdmissionRequest,
-    AdmissionResponse,
-    denied,
-    encode_review,
-    errored,
-)
+from webhook.server.review import encode_review, errored
 from webhook.server.settings import DEFAULT_MAX_BODY_BYTES, ServeSettings
 from webhook.server.tls import ServingCertificate, serving_certificate
 
@@ -49,13 +40,6 @@ log = logging.getLogger("gpushare.server")
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
-
-
-@dataclass(frozen=True, slots=True)
-class HttpAnswer:
-    status: int
-    body: bytes
-    content_type: str = JSON_CONTENT_TYPE
 
 
 Route = Callable[[Environ], HttpAnswer]
@@ -66,12 +50,9 @@ def _json(status: int, payload: object) -> HttpAnswer:
     return HttpAnswer(status, orjson.dumps(payload))
 
 
-def _review_answer(response: AdmissionResponse) -> HttpAnswer:
-    return HttpAnswer(response.http_status, encode_review(response))
-
-
 def _error_answer(status: int, message: str) -> HttpAnswer:
-    return _review_answer(errored(status, message))
+    response = errored(status, message)
+    return HttpAnswer(response.http_status, encode_review(response))
 
 
 class WebhookApp:
@@ -106,47 +87,6 @@ class WebhookApp:
             return _error_answer(500, "The webhook failed to answer the request; see its logs.")
 
 
-def _review_route(review: ReviewPipeline, max_body_bytes: int) -> Route:
-    def route(environ: Environ) -> HttpAnswer:
-        content_type = environ.get("CONTENT_TYPE", "")
-        response = review(content_type, lambda: read_body(environ, max_body_bytes))
-        return _review_answer(response)
-
-    return route
-
-
-_NO_CLIENT_CERTIFICATE = (
-    "This webhook accepts admission requests only from clients with a certificate signed by "
-    "its client CA (--client-ca). Configure the apiserver to present one: an "
-    "AdmissionConfiguration whose kubeConfigFile names the client certificate "
-    "(docs/reliability.md)."
-)
-
-
-def require_client_certificate(route: Route, refusal: Route) -> Route:
-    """``route`` for TLS connections that presented a verified certificate, else ``refusal``.
-
-    The TLS layer already refused certificates that do not chain to the client CA
-    (``tls.build_server_context``); this sends connections that presented none to
-    ``refusal``, which denies the review in an AdmissionReview (HTTP 200), since the
-    apiserver shows a webhook's message only from one.
-    """
-
-    def guarded(environ: Environ) -> HttpAnswer:
-        connection = environ.get("gunicorn.socket")
-        try:
-            presented = connection is not None and bool(connection.getpeercert())
-        except (AttributeError, ValueError):  # not TLS, or no handshake
-            presented = False
-        return route(environ) if presented else refusal(environ)
-
-    return guarded
-
-
-def _refuse_uncertified(request: AdmissionRequest) -> AdmissionResponse:
-    return denied(403, [_NO_CLIENT_CERTIFICATE])
-
-
 def create_app(
     store: PolicyStore,
     *,
@@ -170,13 +110,15 @@ def create_app(
     routes: dict[str, dict[str, Route]] = {}
     budget = BodyBudget(max_body_bytes)  # one per worker process, shared by its endpoints
     for endpoint in Endpoint:
-        pipeline = review_pipeline(pod_handler(endpoint, store), max_body_bytes, budget)
-        review = instrumented(pipeline, metrics, endpoint)
-        route = _review_route(review, max_body_bytes)
-        if client_certificates:
-            refusal = review_pipeline(_refuse_uncertified, max_body_bytes, budget)
-            route = require_client_certificate(route, _review_route(refusal, max_body_bytes))
-        routes[f"/{endpoint}"] = {"POST": route}
+        admission = AdmissionEndpoint(
+            endpoint,
+            pod_handler(endpoint, store),
+            metrics=metrics,
+            budget=budget,
+            max_body_bytes=max_body_bytes,
+            client_certificates=client_certificates,
+        )
+        routes[f"/{endpoint}"] = {"POST": admission}
     routes.update(_status_routes(store, certificate, metrics))
     return WebhookApp(routes)
 

@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 
-# The logger of the one line per admission (``instrument``), which this handler serves.
+# The logger of the one line per admission (``admission_log``), which this handler serves.
 ADMISSION_LOGGER = "gpushare.admission"
 PIPE_BUF = 4096
 STDERR_FD = 2

@@ -3,16 +3,18 @@
 Reads the ``GPUSHARE_*`` variables (``settings``) so ``gpushare serve`` and a container that
 runs gunicorn directly serve identically. What matters here:
 
-- ``gthread``-based workers: unlike ``sync`` they keep connections alive, which the
-  apiserver reuses; TLS handshakes per request would dominate the cost of an admission.
-  ``worker.ReadAheadWorker`` reads each request in the event loop before a thread sees it,
-  so idle and slow clients hold no thread.
+- ``async_worker.AsyncioWorker``: one asyncio event loop per worker (h11 framing), which
+  keeps connections alive as the apiserver wants, bounds what each client may hold (read
+  deadlines, a connection cap, buffered bytes) and answers small reviews in the loop.
 - ``reuse_port``: every worker listens on a socket of its own. With one shared socket the
   worker that wakes first takes a whole burst of the apiserver's long-lived connections,
   leaving the other cores idle for as long as those connections live (bench/README.md).
-- ``ssl_context`` hook: gunicorn calls it for every accepted connection; the context comes
-  from ``tls.ServingCertificate``, which enforces TLS 1.2+ and follows certificate files
-  replaced on disk, so new connections get a new certificate without a restart.
+- ``certfile``/``keyfile`` name the serving pair; the worker takes a context per new
+  connection from ``tls.ServingCertificate``, which enforces TLS 1.2+ and follows
+  certificate files replaced on disk, so new connections get a new certificate without a
+  restart.
+- ``on_starting`` refuses to start where another server listens on the port
+  (``port_guard``).
 - Logs are JSON lines on stderr (``webhook.json_logging``); the admission lines go through
   ``batched_log.BatchedLineHandler``, written in batches rather than one write each.
 - ``PROMETHEUS_MULTIPROC_DIR`` is set before anything imports ``prometheus_client``, so
@@ -29,8 +31,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from webhook.policy_store import LAST_GOOD_VARIABLE
 from webhook.server.gunicorn_logger import logging_config
-from webhook.server.policy_store import LAST_GOOD_VARIABLE
 from webhook.server.settings import ServeSettings
 
 _MULTIPROC_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
@@ -60,9 +62,9 @@ bind = [_settings.bind]
 # kernel, not the first worker to wake, decides which worker takes a new connection.
 reuse_port = True
 workers = _settings.workers
-# gthread with handshakes and request reading in the event loop: no thread waits on a
-# client that sends slowly or nothing (worker.py).
-worker_class = "webhook.server.worker.ReadAheadWorker"
+# An asyncio loop per worker: no client that sends slowly or nothing holds anything but
+# its own connection (async_worker.py, http_protocol.py).
+worker_class = "webhook.server.async_worker.AsyncioWorker"
 threads = _settings.threads
 worker_connections = _settings.max_connections
 keepalive = _settings.keepalive_seconds
@@ -83,15 +85,14 @@ loglevel = _settings.log_level
 worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
 
 
-def ssl_context(config: Any, default_ssl_context_factory: Any) -> Any:
-    from webhook.server.tls import serving_certificate
-
-    return serving_certificate(
-        Path(config.certfile), Path(config.keyfile), _settings.client_ca
-    ).context()
-
-
 def on_starting(server: Any) -> None:
+    from webhook.server.port_guard import PortInUseError, refuse_if_taken
+
+    try:
+        refuse_if_taken(_settings.host, _settings.port)
+    except PortInUseError:
+        on_exit(server)
+        raise
     # Counters of an earlier run in the same directory would otherwise be added to ours.
     for stale in _metrics_dir.glob("*.db"):
         stale.unlink(missing_ok=True)

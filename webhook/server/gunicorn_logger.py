@@ -1,7 +1,7 @@
 """gunicorn's logging: the ``logconfig_dict`` the webhook serves with, and a logger class
 without the access-log work no line comes out of.
 
-The webhook logs each admission itself (``instrument``), and ``gunicorn.access`` stays at
+The webhook logs each admission itself (``admission_log``), and ``gunicorn.access`` stays at
 WARNING (``logging_config``). gunicorn still builds every request's access
 atoms when a ``logconfig_dict`` is set, whatever that logger's level: a dict of the
 request's headers and environ per request, about 5% of a worker's time per admission in a

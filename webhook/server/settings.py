@@ -25,7 +25,7 @@ DEFAULT_PORT = 8443
 # Deployment's memory limit are sized together in docs/reliability.md.
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024 + 64 * 1024
 # A whole request (TLS handshake included) must arrive within this many seconds of its first
-# byte being awaited; the apiserver sends a review in one go (worker.ReadAheadWorker).
+# byte being awaited; the apiserver sends a review in one go (http_protocol).
 DEFAULT_REQUEST_READ_TIMEOUT_SECONDS = 10.0
 # Open connections per worker, idle ones included; at the cap the oldest unfinished one
 # makes room for a new one.

@@ -1,9 +1,6 @@
 """Policies: the YAML documents policy authors write, parsed once into frozen values.
 
-``model`` holds the values, ``schema`` the JSON Schema of the documents, ``loader`` turns
-files into a ``PolicySet`` (or a ``PolicyError`` naming file and YAML path) with ``build``
-(document -> values) and ``rules`` (what a policy must follow), ``selection`` picks the
-policy that governs a pod.
+Layout: docs/architecture.md.
 """
 
 from webhook.core.policy.loader import load_policies, load_policy_text

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 from webhook.constants import (
     API_GROUP,
@@ -16,19 +16,13 @@ from webhook.constants import (
     SHARED_GPU_RESOURCE,
     WHOLE_GPU_RESOURCE,
 )
-from webhook.core.memo import BoundedMemo
 
 if TYPE_CHECKING:
-    from webhook.core.plan_memos import PlanMemos
     from webhook.core.policy.schemes import SchemeSettings
-    from webhook.core.policy.selection import Selection
 
 API_VERSION = f"{API_GROUP}/v1alpha1"
 POLICY_KIND = "GpuSharingPolicy"
 SETTINGS_KIND = "GpuSharingSettings"
-
-# A namespace and the values of the pod labels any policy's match looks at.
-SelectionKey: TypeAlias = tuple[str, tuple[str | None, ...]]
 
 
 def frozen_map(values: Mapping[str, str] | None = None) -> Mapping[str, str]:
@@ -290,18 +284,6 @@ class PolicySet:
     def gpu_resource_names(self) -> frozenset[str]:
         """Every resource a policy hands out, shared or whole."""
         return self.shared_resource_names | {p.whole_gpus.resource_name for p in self.policies}
-
-    @functools.cached_property
-    def selections(self) -> BoundedMemo[SelectionKey, Selection]:
-        """``select_policy``'s answers by namespace and the pod labels policies look at."""
-        return BoundedMemo()
-
-    @functools.cached_property
-    def plan_memos(self) -> PlanMemos:
-        """Memos of the planning steps for these policies; they go when the set goes."""
-        from webhook.core.plan_memos import PlanMemos  # it imports this module
-
-        return PlanMemos()
 
     @functools.cached_property
     def selecting_label_keys(self) -> tuple[str, ...]:

@@ -14,8 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from typing import TypeAlias
 
+from webhook.core.memo import BoundedMemo, PerObject
 from webhook.core.policy.model import Policy, PolicySet
+
+# A namespace and the values of the pod labels any policy's match looks at.
+SelectionKey: TypeAlias = tuple[str, tuple[str | None, ...]]
 
 
 @dataclass(frozen=True)
@@ -24,6 +29,10 @@ class Selection:
     reason: str
     # One line per policy that did not win, saying why: for ``gpushare explain``.
     others: tuple[str, ...] = ()
+
+
+# ``select_policy``'s answers per policy set, by namespace and the pod labels policies look at.
+_SELECTIONS: PerObject[BoundedMemo[SelectionKey, Selection]] = PerObject(BoundedMemo)
 
 
 def namespace_excluded(policies: PolicySet, namespace: str) -> bool:
@@ -61,7 +70,8 @@ def select_policy(
     """The governing policy; memoized per policy set, namespace and the labels policies use."""
     labels = pod_labels or {}
     key = (namespace, tuple(labels.get(k) for k in policies.selecting_label_keys))
-    return policies.selections.get_or_compute(key, _select, policies, namespace, labels)
+    memo = _SELECTIONS.of(policies)
+    return memo.get_or_compute(key, _select, policies, namespace, labels)
 
 
 def _select(policies: PolicySet, namespace: str, labels: Mapping[str, str]) -> Selection:

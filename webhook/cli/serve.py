@@ -18,17 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from webhook.core import default_policies_path, load_policies
-from webhook.errors import GpushareError, PolicyError
-from webhook.install.certs import (
-    CertificateError,
-    CertificateFiles,
-    IPAddress,
-    certificate_names,
-    ensure_local_certificates,
-    load_certificate,
-)
-from webhook.server.host_addresses import (
+from webhook.cli.host_addresses import (
     DOCKER_DESKTOP_HOST,
     LOCAL_CLUSTER_NAMES,
     MINIKUBE_HOST,
@@ -36,12 +26,25 @@ from webhook.server.host_addresses import (
     host_addresses,
     host_name,
 )
-from webhook.server.settings import DEFAULT_HOST, ServeSettings
-from webhook.server.tls import build_server_context
+from webhook.core import default_policies_path, load_policies
+from webhook.errors import GpushareError, PolicyError
+from webhook.install import (
+    CertificateError,
+    CertificateFiles,
+    IPAddress,
+    certificate_names,
+    ensure_local_certificates,
+    load_certificate,
+)
+from webhook.server import (
+    DEFAULT_HOST,
+    GUNICORN_CONFIG,
+    WSGI_APP,
+    ServeSettings,
+    build_server_context,
+)
 
 STATE_DIR_VARIABLE = "GPUSHARE_STATE_DIR"
-GUNICORN_CONFIG = "python:webhook.server.gunicorn_conf"
-WSGI_APP = "webhook.server.wsgi:app"
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 import yaml
 
+from webhook.cli.exit_codes import EXIT_OK
+from webhook.cli.options import Subparsers, add_policies_option
 from webhook.compile import REINVOCATION_POLICIES, compile_policies, notes
 from webhook.core import default_policies_path, load_policies
 
@@ -33,24 +34,17 @@ def run_compile(args: argparse.Namespace) -> int:
         args.out.write_text(text, encoding="utf-8")
     for note in notes(policies):
         print(f"note: {note}", file=sys.stderr)
-    return 0
+    return EXIT_OK
 
 
-def add_compile_command(commands: Any) -> None:
+def add_compile_command(commands: Subparsers) -> None:
     parser = commands.add_parser(
         "compile",
         help="compile the policies into Mutating/ValidatingAdmissionPolicies (no webhook)",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--policies",
-        metavar="PATH",
-        type=Path,
-        default=None,
-        help="policy file or directory (default: $GPUSHARE_POLICIES, ./policies, "
-        "the checkout's policies/, /etc/gpushare/policies)",
-    )
+    add_policies_option(parser)
     parser.add_argument(
         "--out", metavar="FILE", type=Path, default=None, help="write here, not to stdout"
     )

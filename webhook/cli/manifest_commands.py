@@ -1,28 +1,28 @@
-"""The ``gpushare`` command: offline policy tools here, server and node commands plugged in.
+"""``gpushare mutate`` and ``gpushare explain``: the offline verdicts on manifests.
 
-Exit codes (a contract other tools rely on): 0 admitted (mutated or untouched), 3 denied
-(any document; one reason per line on stderr), 2 usage errors, unreadable or invalid input
-or invalid policies.
-
-``mutate`` and ``explain`` read what people keep in git (``manifest.py``): Pods and workloads
-with a pod template, multi-document files, directories and stdin; every document keeps its
-place, and every line about one starts with its ``Kind/namespace/name`` (``offline.py``).
+They read what people keep in git (``webhook.manifest``): Pods and workloads with a pod
+template, multi-document files, directories and stdin; every document keeps its place, and
+every line about one starts with its ``Kind/namespace/name`` (``webhook.offline``). Exit 0
+when every document is admitted, 3 when any is denied.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
-import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 import yaml
 
 from webhook.all_modes import SchemeView, check_all_modes, print_explain, print_mutate
+from webhook.cli.exit_codes import EXIT_DENIED, EXIT_OK
+from webhook.cli.options import (
+    Subparsers,
+    add_manifest_file_option,
+    add_policies_option,
+    add_recursive_option,
+)
 from webhook.core import (
     Denied,
     Planned,
@@ -31,48 +31,15 @@ from webhook.core import (
     default_policies_path,
     load_policies,
 )
-from webhook.errors import GpushareError, ManifestError, PolicyError
-from webhook.manifest import MANIFEST_SUFFIXES, read_manifests
+from webhook.errors import ManifestError
+from webhook.manifest import read_manifests
 from webhook.offline import DENIED, Checked, check_documents, report
-from webhook.plan import add_plan_command
-from webhook.policy_check import add_policy_commands
-
-EXIT_OK = 0
-EXIT_USAGE = 2
-EXIT_DENIED = 3
-# 128 + SIGPIPE, what a shell reports for a tool its reader stopped reading.
-EXIT_BROKEN_PIPE = 141
-
-
-def _policies_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--policies",
-        metavar="PATH",
-        type=Path,
-        default=None,
-        help="policy file or directory (default: $GPUSHARE_POLICIES, ./policies, "
-        "the checkout's policies/, /etc/gpushare/policies)",
-    )
 
 
 def _manifest_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-f",
-        "--file",
-        required=True,
-        action="append",
-        metavar="PATH",
-        help=f"manifest file, directory (its {', '.join(MANIFEST_SUFFIXES)} files, sorted by "
-        "name) or - for stdin; repeat for more",
-    )
-    parser.add_argument(
-        "-R",
-        "--recursive",
-        action="store_true",
-        help="also read the subdirectories of directories given with -f (hidden ones and "
-        "links to directories are skipped)",
-    )
-    _policies_argument(parser)
+    add_manifest_file_option(parser, required=True)
+    add_recursive_option(parser)
+    add_policies_option(parser)
     parser.add_argument(
         "-n",
         "--namespace",
@@ -182,7 +149,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_DENIED if any(item.verdict == DENIED for item in checked) else EXIT_OK
 
 
-def _add_manifest_commands(commands: Any) -> None:
+def add_manifest_commands(commands: Subparsers) -> None:
     """``mutate`` and ``explain``: the offline verdicts on manifests."""
     mutate_parser = commands.add_parser(
         "mutate",
@@ -231,76 +198,3 @@ def _add_manifest_commands(commands: Any) -> None:
     )
     _all_modes_argument(explain_parser)
     explain_parser.set_defaults(func=_cmd_explain)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="gpushare",
-        description=(
-            "Turn a gpu-fraction or gpu-memory annotation into what the cluster's GPU sharing "
-            "needs: the admission webhook (serve), its installation (certs, webhook-config), "
-            "the node side (device-plugin-config, mps-daemon) and offline tools for manifests "
-            "and policies (mutate, explain, policy), and what a workload mix needs under each "
-            "scheme (plan). `gpushare COMMAND --help` for each."
-        ),
-        epilog="Exit codes: 0 ok, 2 usage errors and invalid input or policies, 3 a document "
-        "denied (mutate, explain), 1 other failures.",
-    )
-    parser.add_argument("--version", action="version", version=f"gpushare {package_version()}")
-    parser.set_defaults(func=None, parser=parser)
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-
-    _add_manifest_commands(commands)
-    add_policy_commands(commands)
-    add_plan_command(commands)
-    _add_plugged_commands(commands)
-    return parser
-
-
-def package_version() -> str:
-    """The installed distribution's version (pyproject.toml), as pip reports it."""
-    try:
-        return importlib.metadata.version("gpushare")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown (not installed: pip install -e .)"
-
-
-def _add_plugged_commands(commands: Any) -> None:
-    """Commands that live with their edges (server, node, DRA templates, compile), imported
-    only when the CLI is built."""
-    from webhook.compile.command import add_compile_command
-    from webhook.dra.commands import add_dra_commands
-    from webhook.node.commands import add_node_commands
-    from webhook.server.commands import add_server_commands
-
-    add_server_commands(commands)
-    add_node_commands(commands)
-    add_dra_commands(commands)
-    add_compile_command(commands)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.func is None:  # `gpushare` or `gpushare policy` alone: its help, a usage error
-        args.parser.print_help(sys.stderr)
-        return EXIT_USAGE
-    try:
-        code: int = args.func(args)
-    except (ManifestError, PolicyError) as error:
-        print(str(error), file=sys.stderr)
-        return EXIT_USAGE
-    except GpushareError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    except BrokenPipeError:
-        # The reader went away (`gpushare compile | head`): stop quietly, as other Unix
-        # tools do. Point stdout at devnull so the interpreter's final flush cannot fail
-        # again (Python docs, "Note on SIGPIPE").
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_BROKEN_PIPE
-    return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,8 +13,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
+from webhook.cli.exit_codes import EXIT_OK, EXIT_USAGE
+from webhook.cli.options import Subparsers
 from webhook.core import (
     Policy,
     PolicySet,
@@ -27,11 +28,7 @@ from webhook.core import (
     read_policy_files,
 )
 from webhook.errors import PolicyError
-from webhook.node.device_plugin_config import pool_problems
-from webhook.node.pools import pool_conflict_refs, pool_refs
-
-EXIT_OK = 0
-EXIT_INVALID = 2
+from webhook.node import pool_conflict_refs, pool_problems, pool_refs
 
 CHECK_DESCRIPTION = """\
 Check the policy files given as one set, as the webhook loads them from one directory
@@ -64,7 +61,7 @@ Each line reads `file: yaml.path: error|warning: what to change (line N)`; then 
 line on stdout."""
 
 
-def add_policy_commands(commands: Any) -> None:
+def add_policy_commands(commands: Subparsers) -> None:
     """``gpushare policy`` with ``check`` and ``schema``."""
     parser = commands.add_parser(
         "policy",
@@ -113,7 +110,7 @@ def run_policy_check(args: argparse.Namespace) -> int:
     where = ", ".join(str(path) for path in args.paths)
     if errors:
         print(f"{where}: {errors} error(s), {warnings} warning(s) ({checked})")
-        return EXIT_INVALID
+        return EXIT_USAGE
     print(f"{where}: ok ({checked}{f'; {warnings} warning(s)' if warnings else ''})")
     return EXIT_OK
 

@@ -3,8 +3,9 @@
 Printed (``--namespace NS``, repeatable): one YAML document per template, for GitOps
 repositories or ``kubectl apply -f -``. Kept (``--apply``): server-side applied to the
 cluster, in the given namespaces or every namespace, once, or for as long as the process
-runs with ``--watch`` (the reconciler of ``webhook.dra.reconciler``, polling the policy
-files like the webhook does). Parsing and wiring only; the work is in the modules called.
+runs with ``--watch`` (the reconciler of ``webhook.dra``, polling the policy files like the
+webhook does, through ``webhook.policy_store``). Parsing and wiring only; the work is in the
+modules called.
 """
 
 from __future__ import annotations
@@ -21,17 +22,15 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from webhook.cli.exit_codes import EXIT_FAILED, EXIT_OK
+from webhook.cli.options import Subparsers, add_kubeconfig_option, add_policies_option
 from webhook.core import PolicySet, default_policies_path, load_policies, namespace_templates
-from webhook.dra.reconciler import PassResult, TemplateApi, TemplateReconciler, run
+from webhook.dra import PassResult, TemplateApi, TemplateReconciler, run
 from webhook.errors import GpushareError
-from webhook.server.policy_store import PolicyStore
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
+from webhook.policy_store import PolicyStore
 
 
-def add_dra_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_dra_command(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "dra-templates",
         help="print or apply the ResourceClaimTemplates the dra mode's pods name",
@@ -45,14 +44,7 @@ def add_dra_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
             "namespaces appear and the policy files change, until SIGTERM."
         ),
     )
-    parser.add_argument(
-        "--policies",
-        metavar="PATH",
-        type=Path,
-        default=None,
-        help="policy file or directory (default: $GPUSHARE_POLICIES, ./policies, "
-        "the checkout's policies/, /etc/gpushare/policies)",
-    )
+    add_policies_option(parser)
     parser.add_argument(
         "-n",
         "--namespace",
@@ -70,12 +62,7 @@ def add_dra_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         action="store_true",
         help="with --apply: keep reconciling until SIGTERM (the in-cluster Deployment)",
     )
-    parser.add_argument(
-        "--kubeconfig",
-        type=Path,
-        default=None,
-        help="kubeconfig for --apply (default: the in-cluster ServiceAccount)",
-    )
+    add_kubeconfig_option(parser, when="with --apply: ")
     parser.add_argument(
         "--resync",
         type=float,

@@ -1,8 +1,8 @@
-"""The ``serve``, ``certs`` and ``webhook-config`` subcommands of the ``gpushare`` CLI.
+"""``gpushare certs`` and ``gpushare webhook-config``: what installs the webhook.
 
-``add_server_commands`` plugs them into the CLI's argparse subparsers; each sets
-``func(args) -> int``. Parsing and printing only: the work is in ``serve`` (its flags in
-``serve_command``), ``webhook.install.certs`` and ``webhook.install.webhook_config``.
+``add_install_commands`` adds both to the CLI; each sets ``func(args) -> int``. Parsing and
+printing only: the work is in ``webhook.install`` (certificates, in files or in the cluster,
+and the webhook configurations with the safety-net policy).
 """
 
 from __future__ import annotations
@@ -11,37 +11,44 @@ import argparse
 import datetime as dt
 import sys
 from pathlib import Path
-from typing import Any
 
+from webhook.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from webhook.cli.options import (
+    ArgumentTarget,
+    Subparsers,
+    add_certificate_name_options,
+    add_kubeconfig_option,
+    add_policies_option,
+    positive_int,
+)
 from webhook.core import default_policies_path, load_policies
 from webhook.errors import GpushareError, PolicyError
-from webhook.install.admission import admission_configurations
-from webhook.install.certs import (
-    CertificateError,
-    parse_ip_addresses,
-    service_dns_names,
-    write_certificates,
-)
-from webhook.install.validating_policy import DEFAULT_VALIDATION_ACTIONS, VALIDATION_ACTIONS
-from webhook.install.webhook_config import (
+from webhook.install import (
     DEFAULT_SHARED_RESOURCES,
     DEFAULT_TIMEOUT_SECONDS,
+    DEFAULT_VALIDATION_ACTIONS,
     FAILURE_POLICIES,
     VALIDATING_WEBHOOK_CHOICES,
+    VALIDATION_ACTIONS,
+    CertificateError,
+    CertSettings,
+    ClusterCertificates,
     ServiceTarget,
     UrlTarget,
     WebhookSettings,
+    admission_configurations,
+    connect_to_cluster,
+    parse_ip_addresses,
     render_yaml,
+    service_dns_names,
+    write_certificates,
 )
-from webhook.server.serve_command import POLICIES_HELP, add_serve, positive_int
 
-EXIT_USAGE = 2
-
-Subparsers = Any  # argparse's _SubParsersAction is private; the CLI passes it through
+SERVICE_HELP = "the webhook's Service name"
+SERVICE_NAMESPACE_HELP = "the Service's namespace"
 
 
-def add_server_commands(subparsers: Subparsers) -> None:
-    add_serve(subparsers)
+def add_install_commands(subparsers: Subparsers) -> None:
     _add_certs(subparsers)
     _add_webhook_config(subparsers)
 
@@ -55,11 +62,10 @@ def _add_certs(subparsers: Subparsers) -> None:
             "ECDSA P-256; SANs S, S.N and S.N.svc plus --ip and --dns."
         ),
     )
-    parser.add_argument("--service", required=True, help="the webhook's Service name")
-    parser.add_argument("--namespace", required=True, help="the Service's namespace")
+    parser.add_argument("--service", required=True, help=SERVICE_HELP)
+    parser.add_argument("--namespace", required=True, help=SERVICE_NAMESPACE_HELP)
     parser.add_argument("--out", type=Path, help="directory to write to (or --in-cluster)")
-    parser.add_argument("--ip", action="append", default=[], help="extra IP SAN (repeatable)")
-    parser.add_argument("--dns", action="append", default=[], help="extra DNS SAN (repeatable)")
+    add_certificate_name_options(parser, "the serving certificate")
     parser.add_argument(
         "--renew", action="store_true", help="reuse the CA in --out; issue a new serving cert"
     )
@@ -68,7 +74,7 @@ def _add_certs(subparsers: Subparsers) -> None:
     parser.set_defaults(func=run_certs)
 
 
-def _add_in_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+def _add_in_cluster_arguments(parser: ArgumentTarget) -> None:
     """The Helm chart's certgen Jobs (webhook.install.cluster_certs)."""
     cluster = parser.add_argument_group(
         "in the cluster (the Helm chart's certgen Jobs)",
@@ -96,9 +102,7 @@ def _add_in_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         default=30,
         help="renew when the certificate or its CA expires within this many days (default 30)",
     )
-    cluster.add_argument(
-        "--kubeconfig", type=Path, help="kubeconfig (default: the pod's ServiceAccount)"
-    )
+    add_kubeconfig_option(cluster)
 
 
 def run_certs(args: argparse.Namespace) -> int:
@@ -126,17 +130,11 @@ def run_certs(args: argparse.Namespace) -> int:
         f"--from-file={files.ca_cert} --from-file={files.serving_cert} "
         f"--from-file={files.serving_key}"
     )
-    return 0
+    return EXIT_OK
 
 
 def run_cluster_certs(args: argparse.Namespace) -> int:
     """``certs --in-cluster``: the Secret and caBundle through the API (cluster_certs)."""
-    from webhook.install.cluster_certs import (
-        CertSettings,
-        ClusterCertificates,
-        connect,
-    )
-
     if not args.secret or args.out is not None or args.ip:
         print(
             "gpushare certs: --in-cluster needs --secret NAME and takes neither --out nor --ip "
@@ -163,17 +161,17 @@ def run_cluster_certs(args: argparse.Namespace) -> int:
         missing_ok=args.missing_ok,
     )
     try:
-        api = connect(args.kubeconfig)
+        api = connect_to_cluster(args.kubeconfig)
         try:
             outcome = ClusterCertificates(api, settings).run()
         finally:
             api.close()  # type: ignore[no-untyped-call]
     except CertificateError as error:
         print(f"gpushare certs: {error}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     for line in outcome.lines:
         print(line)
-    return 0
+    return EXIT_OK
 
 
 def _add_webhook_config(subparsers: Subparsers) -> None:
@@ -199,8 +197,8 @@ def _add_webhook_config(subparsers: Subparsers) -> None:
     )
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--url", help="https URL of a webhook outside the cluster")
-    target.add_argument("--service", help="the webhook's Service name (needs --namespace)")
-    parser.add_argument("--namespace", help="the Service's namespace (excluded from the webhook)")
+    target.add_argument("--service", help=f"{SERVICE_HELP} (needs --namespace)")
+    parser.add_argument("--namespace", help=f"{SERVICE_NAMESPACE_HELP} (excluded from the webhook)")
     parser.add_argument("--port", type=positive_int, default=443, help="the Service's port")
     parser.add_argument(
         "--failure-policy",
@@ -221,12 +219,10 @@ def _add_webhook_config(subparsers: Subparsers) -> None:
         help=f"resource the validating webhook watches (default: from --policies, else "
         f"{', '.join(DEFAULT_SHARED_RESOURCES)})",
     )
-    parser.add_argument(
-        "--policies",
-        type=Path,
-        metavar="PATH",
-        help="the policies the webhook serves: their shared resources and excluded namespaces "
-        "go into the configurations, their facts into the safety-net policy; " + POLICIES_HELP,
+    add_policies_option(
+        parser,
+        role="the policies the webhook serves: their shared resources and excluded namespaces "
+        "go into the configurations, their facts into the safety-net policy; ",
     )
     parser.add_argument(
         "--validating-webhook",
@@ -298,4 +294,4 @@ def run_webhook_config(args: argparse.Namespace) -> int:
         print(f"gpushare webhook-config: {error}", file=sys.stderr)
         return EXIT_USAGE
     sys.stdout.write(render_yaml(documents))
-    return 0
+    return EXIT_OK

@@ -1,11 +1,11 @@
 """The JSON types of the pod fields the core reads, checked before the core sees a pod.
 
 A real apiserver only sends pods its Go types could decode, so a pod with ``metadata:
-true`` or ``env: "x"`` comes from a hand-made or corrupted request; ``admission`` answers it
-400 naming the first such field. Only fields the core reads are checked, and only their JSON
-type; ``null`` counts as absent, as it does for the apiserver. Written out by hand rather
-than as a JSON Schema: it runs on every admission, where a generic validator costs more
-than the rest of the transport.
+true`` or ``env: "x"`` comes from a hand-made or corrupted request or manifest: the server
+answers it 400 and ``gpushare mutate`` refuses it, each naming the first such field. Only
+fields the core reads are checked, and only their JSON type; ``null`` counts as absent, as
+it does for the apiserver. Written out by hand rather than as a JSON Schema: it runs on
+every admission, where a generic validator costs more than the rest of the transport.
 """
 
 from __future__ import annotations

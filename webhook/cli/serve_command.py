@@ -11,12 +11,20 @@ import argparse
 import dataclasses
 import sys
 import textwrap
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
-from webhook.install.certs import CertificateError, parse_ip_addresses
-from webhook.server import settings as serve_defaults
-from webhook.server.serve import (
+from webhook.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
+from webhook.cli.options import (
+    ArgumentTarget,
+    Subparsers,
+    add_certificate_name_options,
+    add_policies_option,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
+from webhook.cli.serve import (
     STATE_DIR_VARIABLE,
     CertificateSource,
     ServeError,
@@ -24,41 +32,11 @@ from webhook.server.serve import (
     prepare,
     startup_message,
 )
-from webhook.server.settings import ENV_PREFIX, ServeSettings, SettingsError, environ_settings
-
-EXIT_USAGE = 2
-
-Subparsers = Any  # argparse's _SubParsersAction is private; the CLI passes it through
+from webhook.install import CertificateError, parse_ip_addresses
+from webhook.server import ENV_PREFIX, ServeSettings, SettingsError, environ_settings
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is not 0 or a positive integer")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
-
-
-POLICIES_HELP = (
-    "policy file or directory (default: $GPUSHARE_POLICIES, ./policies, the checkout's "
-    "policies/, /etc/gpushare/policies)"
-)
-
-
-def add_serve(subparsers: Subparsers) -> None:
+def add_serve_command(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "serve",
         help="run the admission webhook over HTTPS (gunicorn)",
@@ -74,119 +52,124 @@ def add_serve(subparsers: Subparsers) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--host",
-        help="address to listen on; 0.0.0.0 for every address "
-        f"(default {serve_defaults.DEFAULT_HOST})",
-    )
-    parser.add_argument(
-        "--port",
-        type=positive_int,
-        help=f"port to listen on (default {serve_defaults.DEFAULT_PORT})",
-    )
-    parser.add_argument("--policies", type=Path, metavar="PATH", help=POLICIES_HELP)
-    certs = parser.add_argument_group("certificates (default: generated in the state dir)")
-    certs.add_argument("--tls-cert", type=Path, metavar="FILE", help="serving certificate (PEM)")
-    certs.add_argument("--tls-key", type=Path, metavar="FILE", help="serving key (PEM)")
-    certs.add_argument(
-        "--client-ca",
-        type=Path,
-        help="require /mutate and /validate callers to present a client certificate signed "
-        "by this CA (the apiserver presents one when its AdmissionConfiguration names it; "
-        "docs/reliability.md)",
-    )
-    certs.add_argument(
-        "--cert-dir", type=Path, help="directory holding tls.crt and tls.key (a Secret mount)"
-    )
-    certs.add_argument(
-        "--ip",
-        action="append",
-        default=[],
-        help="extra IP address the local certificate names (repeatable)",
-    )
-    certs.add_argument(
-        "--dns",
-        action="append",
-        default=[],
-        help="extra DNS name the local certificate names (repeatable)",
-    )
+    # The flags that set a ServeSettings field (their dest), for the list of variables.
+    settings_flags = [
+        parser.add_argument(
+            "--host",
+            help="address to listen on; 0.0.0.0 for every address "
+            f"(default {_field_default('host')})",
+        ),
+        parser.add_argument(
+            "--port",
+            type=positive_int,
+            help=f"port to listen on (default {_field_default('port')})",
+        ),
+        add_policies_option(parser),
+        *_add_certificate_flags(parser),
+    ]
     parser.add_argument(
         "--state-dir",
         type=Path,
         help=f"where local certificates go (default: ${STATE_DIR_VARIABLE} or ./.state)",
     )
-    _add_tuning_flags(parser)
-    parser.epilog = environment_help(parser)
+    settings_flags += _add_tuning_flags(parser)
+    parser.epilog = environment_help(settings_flags)
     parser.set_defaults(func=run_serve)
 
 
-def _add_tuning_flags(parser: argparse.ArgumentParser) -> None:
+def _add_certificate_flags(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    certs = parser.add_argument_group("certificates (default: generated in the state dir)")
+    flags = [
+        certs.add_argument(
+            "--tls-cert", type=Path, metavar="FILE", help="serving certificate (PEM)"
+        ),
+        certs.add_argument("--tls-key", type=Path, metavar="FILE", help="serving key (PEM)"),
+        certs.add_argument(
+            "--client-ca",
+            type=Path,
+            help="require /mutate and /validate callers to present a client certificate signed "
+            "by this CA (the apiserver presents one when its AdmissionConfiguration names it; "
+            "docs/reliability.md)",
+        ),
+    ]
+    certs.add_argument(
+        "--cert-dir", type=Path, help="directory holding tls.crt and tls.key (a Secret mount)"
+    )
+    add_certificate_name_options(certs, "the local certificate")
+    return flags
+
+
+def _add_tuning_flags(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     # Tuning flags default to None so that ServeSettings' own defaults apply; ``dest`` is
     # the ServeSettings field each one sets.
     tuning = parser.add_argument_group("tuning (defaults: ServeSettings)")
-    tuning.add_argument(
+    workers = tuning.add_argument(
         "--workers", type=positive_int, help="worker processes (default: CPUs, at most 4)"
     )
-    tuning.add_argument(
+    threads = tuning.add_argument(
         "--threads",
         type=positive_int,
-        help=f"threads per worker (default {serve_defaults.DEFAULT_THREADS})",
+        help=f"threads per worker (default {_field_default('threads')})",
     )
-    tuning.add_argument(
+    poll = tuning.add_argument(
         "--policy-poll-seconds",
         type=positive_float,
         help="seconds between checks of the policy files for changes (default "
-        f"{serve_defaults.DEFAULT_POLICY_POLL_SECONDS})",
+        f"{_field_default('policy_poll_seconds')})",
     )
-    tuning.add_argument(
+    body = tuning.add_argument(
         "--max-body-bytes",
         type=positive_int,
         help="largest request body taken; larger ones get 413 (default "
-        f"{serve_defaults.DEFAULT_MAX_BODY_BYTES})",
+        f"{_field_default('max_body_bytes')})",
     )
-    _add_connection_flags(tuning)
-    tuning.add_argument(
+    connections = _add_connection_flags(tuning)
+    log_level = tuning.add_argument(
         "--log-level",
         choices=LOG_LEVELS,
         help=f"least severe level logged (default {_field_default('log_level')})",
     )
+    return [workers, threads, poll, body, *connections, log_level]
 
 
-def _add_connection_flags(tuning: argparse._ArgumentGroup) -> None:
+def _add_connection_flags(tuning: ArgumentTarget) -> list[argparse.Action]:
     """How long clients get, how many connections a worker holds, and where answers run."""
-    tuning.add_argument(
-        "--request-read-timeout",
-        dest="request_read_timeout_seconds",
-        type=positive_float,
-        help="seconds a client gets to send a whole request, TLS handshake included "
-        f"(default {serve_defaults.DEFAULT_REQUEST_READ_TIMEOUT_SECONDS})",
-    )
-    tuning.add_argument(
-        "--max-connections",
-        type=positive_int,
-        help="open connections per worker; at the cap the oldest unfinished one is closed "
-        f"(default {serve_defaults.DEFAULT_MAX_CONNECTIONS})",
-    )
-    tuning.add_argument(
-        "--loop-answer-max-bytes",
-        type=non_negative_int,
-        help="requests up to this size are answered in the worker's event loop, larger ones "
-        f"by a thread; 0: all by threads (default {serve_defaults.DEFAULT_LOOP_ANSWER_MAX_BYTES})",
-    )
-    tuning.add_argument(
-        "--keepalive",
-        dest="keepalive_seconds",
-        type=positive_int,
-        help="seconds an idle kept-alive connection stays open (default "
-        f"{serve_defaults.DEFAULT_KEEPALIVE_SECONDS})",
-    )
-    tuning.add_argument(
-        "--graceful-timeout",
-        dest="graceful_timeout_seconds",
-        type=positive_int,
-        help="seconds in-flight requests get to finish after SIGTERM (default "
-        f"{serve_defaults.DEFAULT_GRACEFUL_TIMEOUT_SECONDS})",
-    )
+    return [
+        tuning.add_argument(
+            "--request-read-timeout",
+            dest="request_read_timeout_seconds",
+            type=positive_float,
+            help="seconds a client gets to send a whole request, TLS handshake included "
+            f"(default {_field_default('request_read_timeout_seconds')})",
+        ),
+        tuning.add_argument(
+            "--max-connections",
+            type=positive_int,
+            help="open connections per worker; at the cap the oldest unfinished one is "
+            f"closed (default {_field_default('max_connections')})",
+        ),
+        tuning.add_argument(
+            "--loop-answer-max-bytes",
+            type=non_negative_int,
+            help="requests up to this size are answered in the worker's event loop, larger "
+            "ones by a thread; 0: all by threads (default "
+            f"{_field_default('loop_answer_max_bytes')})",
+        ),
+        tuning.add_argument(
+            "--keepalive",
+            dest="keepalive_seconds",
+            type=positive_int,
+            help="seconds an idle kept-alive connection stays open (default "
+            f"{_field_default('keepalive_seconds')})",
+        ),
+        tuning.add_argument(
+            "--graceful-timeout",
+            dest="graceful_timeout_seconds",
+            type=positive_int,
+            help="seconds in-flight requests get to finish after SIGTERM (default "
+            f"{_field_default('graceful_timeout_seconds')})",
+        ),
+    ]
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -239,7 +222,7 @@ def run_serve(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     print(startup_message(prepared), flush=True)
     exec_gunicorn(prepared.settings)
-    return 1  # only reached if exec returned, which it does not without raising
+    return EXIT_FAILED  # only reached if exec returned, which it does not without raising
 
 
 def _path(value: object) -> Path | None:
@@ -253,10 +236,11 @@ def _field_default(name: str) -> object:
     return None if field.default is dataclasses.MISSING else field.default
 
 
-def environment_help(parser: argparse.ArgumentParser) -> str:
+def environment_help(settings_flags: Iterable[argparse.Action]) -> str:
     """The GPUSHARE_* variables, one per ServeSettings field, with the flag that sets the
-    same setting and its default: generated, so it lists exactly what the server reads."""
-    flags = {action.dest: action.option_strings[0] for action in parser._actions}
+    same setting (``settings_flags``: their ``dest`` is the field) and its default:
+    generated, so it lists exactly what the server reads."""
+    flags = {action.dest: action.option_strings[0] for action in settings_flags}
     lines = [
         "environment:",
         "  Each setting is also a GPUSHARE_* variable: a flag wins over its variable, the",

@@ -1,8 +1,8 @@
 """``gpushare plan``: what a team's workloads need under each scheme, side by side.
 
-Reads one input (manifests, a live cluster, or a CSV table), decides every workload under
-each scheme with the core (``schemes``), packs the admitted pods per pool (``outcome``)
-and prints a table, JSON or HTML; ``--out DIR`` writes the pictures there.
+Reads one input (manifests, a live cluster, or a CSV table), has ``webhook.plan`` decide
+every workload under each scheme with the core and pack the admitted pods per pool, and
+prints a table, JSON or HTML; ``--out DIR`` writes the pictures there.
 """
 
 from __future__ import annotations
@@ -12,26 +12,37 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from webhook.cli.exit_codes import EXIT_OK
+from webhook.cli.options import (
+    Subparsers,
+    add_manifest_file_option,
+    add_policies_option,
+    add_recursive_option,
+)
 from webhook.core import PolicySet, default_policies_path, load_policies
 from webhook.errors import GpushareError
-from webhook.plan.outcome import SchemeOutcome, outcome
-from webhook.plan.schemes import fates, schemes
-from webhook.plan.workload import Workload
-
-DEFAULT_GPUS_PER_NODE = 8
+from webhook.plan import (
+    DEFAULT_GPUS_PER_NODE,
+    SchemeOutcome,
+    Workload,
+    as_json,
+    details,
+    page,
+    plan,
+    read_cluster,
+    read_table,
+    read_workloads,
+    table,
+    write_pictures,
+)
 
 
 def read_input(args: argparse.Namespace, policies: PolicySet) -> list[Workload]:
     """The workloads of the one input the arguments name."""
     if args.csv:
-        from webhook.plan.csv_input import read_table
-
         return read_table(args.csv, args.namespace)
     if args.cluster:
-        from webhook.plan.cluster_input import read_cluster
-
         return read_cluster(
             str(args.kubeconfig) if args.kubeconfig else None,
             args.context,
@@ -39,23 +50,7 @@ def read_input(args: argparse.Namespace, policies: PolicySet) -> list[Workload]:
             args.selector,
             policies.gpu_resource_names,
         )
-    from webhook.plan.manifest_input import read_workloads
-
     return read_workloads(args.file, recursive=args.recursive, namespace=args.namespace)
-
-
-def plan(
-    workloads: Sequence[Workload],
-    policies: PolicySet,
-    *,
-    names: Sequence[str] = (),
-    gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
-) -> list[SchemeOutcome]:
-    """Every scheme's outcome for the workloads, in scheme order."""
-    return [
-        outcome(scheme, fates(scheme, workloads, gpus_per_node))
-        for scheme in schemes(policies, names)
-    ]
 
 
 def _packing_scheme(results: Sequence[SchemeOutcome], name: str | None) -> SchemeOutcome:
@@ -70,9 +65,7 @@ def _packing_scheme(results: Sequence[SchemeOutcome], name: str | None) -> Schem
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    from webhook.plan.report import as_json, details, table
-
+def run_plan(args: argparse.Namespace) -> int:
     if args.gpus_per_node < 1:
         raise GpushareError(f"--gpus-per-node {args.gpus_per_node}: give 1 or more")
     policies = load_policies(args.policies or default_policies_path())
@@ -82,33 +75,22 @@ def run(args: argparse.Namespace) -> int:
     results = plan(workloads, policies, names=args.policy or (), gpus_per_node=args.gpus_per_node)
     shown = _packing_scheme(results, args.packing_scheme)
     if args.out:
-        from webhook.plan.pictures import write_pictures
-
         for path in write_pictures(results, shown, args.out):
             print(f"wrote {path}", file=sys.stderr)
     if args.output == "json":
         print(json.dumps(as_json(results), indent=2))
     elif args.output == "html":
-        from webhook.plan.html_report import page
-
         sys.stdout.write(page(results, shown))
     else:
         print(table(results))
         print()
         print(details(results))
-    return 0
+    return EXIT_OK
 
 
 def _input_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "-f",
-        "--file",
-        action="append",
-        metavar="PATH",
-        help="manifest file, directory or - for stdin (Pods and workloads; replicas count); "
-        "repeat for more",
-    )
+    add_manifest_file_option(source, required=False, note=" (Pods and workloads; replicas count)")
     source.add_argument(
         "--csv",
         metavar="FILE",
@@ -119,9 +101,7 @@ def _input_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the Pending and Running pods of the cluster the kubeconfig points at",
     )
-    parser.add_argument(
-        "-R", "--recursive", action="store_true", help="with -f: also read subdirectories"
-    )
+    add_recursive_option(parser)
     parser.add_argument(
         "--kubeconfig",
         type=Path,
@@ -137,7 +117,7 @@ def _input_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_plan_command(commands: Any) -> None:
+def add_plan_command(commands: Subparsers) -> None:
     parser = commands.add_parser(
         "plan",
         help="GPUs a workload mix needs under each policy, side by side",
@@ -151,14 +131,7 @@ def add_plan_command(commands: Any) -> None:
         ),
     )
     _input_arguments(parser)
-    parser.add_argument(
-        "--policies",
-        metavar="PATH",
-        type=Path,
-        default=None,
-        help="policy file or directory (default: $GPUSHARE_POLICIES, ./policies, "
-        "the checkout's policies/, /etc/gpushare/policies)",
-    )
+    add_policies_option(parser)
     parser.add_argument(
         "--policy",
         action="append",
@@ -193,4 +166,4 @@ def add_plan_command(commands: Any) -> None:
         metavar="NAME",
         help="the scheme the packing picture and HTML page draw (default: the first)",
     )
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run_plan)

@@ -1,6 +1,7 @@
-"""The policies a worker serves, reloaded when the files on disk change.
+"""The policies a long-running process serves, reloaded when the files on disk change.
 
-Each gunicorn worker owns one ``PolicyStore`` and polls its policy path from a daemon thread.
+Each webhook worker (``webhook.server``) owns one ``PolicyStore`` and polls its policy path
+from a daemon thread; ``gpushare dra-templates --watch`` refreshes one before each pass.
 A poll reads the files the loader would read (the same non-recursive ``*.yaml``/``*.yml``
 selection), hashes their contents and, only when the hash differs from the last one tried,
 parses exactly the texts it hashed, so a file changing between hashing and parsing cannot

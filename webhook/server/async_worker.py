@@ -1,0 +1,117 @@
+"""The gunicorn worker: one asyncio event loop serving HTTP/1.1 over TLS (``http_protocol``).
+
+gunicorn stays the process manager (forking, restarting and stopping workers, one listening
+socket per worker with ``reuse_port``, the heartbeat); the worker is a subclass of
+``gunicorn.workers.base.Worker``, the documented base for custom worker classes
+(gunicorn's ``worker_class`` setting), and uses only its documented parts: ``run``,
+``sockets``, ``wsgi``, ``cfg``, ``log``, ``alive``, ``ppid``, ``timeout`` and ``notify``.
+gunicorn's own workers cannot bound what a client holds (bench/README.md, "The transport").
+
+Signals, as gunicorn's other workers take them: SIGTERM stops accepting, closes idle
+connections, lets requests being read or answered finish within ``graceful_timeout`` and
+closes each after its answer; SIGINT and SIGQUIT stop at once; SIGUSR1 reopens log files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from gunicorn.workers.base import Worker
+
+from webhook.server.connections import Connections, Phase
+from webhook.server.http_protocol import HttpConnection, Limits, Service
+from webhook.server.settings import ServeSettings
+from webhook.server.tls import serving_certificate
+
+# Room for a few maximum-size bodies at once (the apiserver sends at most 3 MiB) besides
+# every ordinary one; past it the oldest unfinished request is dropped.
+BUFFERED_BODIES = 4
+
+
+class AsyncioWorker(Worker):  # type: ignore[misc]
+    alive: bool
+
+    def run(self) -> None:
+        try:
+            asyncio.run(self.serve())
+        finally:
+            # Closing the loop restored the default SIGTERM action, which would kill the
+            # worker mid-exit if the arbiter signalled again.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    async def serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        settings = ServeSettings.from_environ()
+        service = Service(
+            app=self.wsgi,
+            limits=Limits(
+                read_timeout=settings.request_read_timeout_seconds,
+                keepalive=float(self.cfg.keepalive),
+                max_body_bytes=settings.max_body_bytes,
+                loop_answer_max_bytes=settings.loop_answer_max_bytes,
+            ),
+            connections=Connections(
+                self.cfg.worker_connections, BUFFERED_BODIES * settings.max_body_bytes
+            ),
+            executor=ThreadPoolExecutor(self.cfg.threads, thread_name_prefix="gpushare"),
+            tls_context=self.tls_contexts(settings) if self.cfg.is_ssl else None,
+        )
+        stop = asyncio.Event()
+        quit_now = asyncio.Event()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGINT, quit_now.set)
+        loop.add_signal_handler(signal.SIGQUIT, quit_now.set)
+        loop.add_signal_handler(signal.SIGUSR1, self.log.reopen_files)
+        servers = [
+            await loop.create_server(
+                lambda: HttpConnection(service),
+                sock=socket.socket(fileno=os.dup(listener.fileno())),
+                backlog=self.cfg.backlog,
+            )
+            for listener in self.sockets
+        ]
+        await self.heartbeat_until(stop, quit_now)
+        for server in servers:
+            server.close()
+        if not quit_now.is_set():
+            await self.drain(service, quit_now)
+        for connection in list(service.live):
+            connection.evict("worker stopped")
+        service.executor.shutdown(wait=False, cancel_futures=True)
+
+    def tls_contexts(self, settings: ServeSettings) -> Any:
+        certificate = serving_certificate(
+            Path(self.cfg.certfile), Path(self.cfg.keyfile), settings.client_ca
+        )
+        return certificate.context
+
+    async def heartbeat_until(self, stop: asyncio.Event, quit_now: asyncio.Event) -> None:
+        """Tell the arbiter this worker lives, until a signal or the arbiter's death."""
+        interval = max(0.5, self.timeout / 4)
+        while self.alive and not stop.is_set() and not quit_now.is_set():
+            self.notify()
+            if os.getppid() != self.ppid:
+                self.log.info("Parent changed, shutting down: %s", self)
+                return
+            waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(quit_now.wait())]
+            await asyncio.wait(waiters, timeout=interval, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in waiters:
+                waiter.cancel()
+        self.alive = False
+
+    async def drain(self, service: Service, quit_now: asyncio.Event) -> None:
+        """Let requests in progress finish; idle connections close now."""
+        service.stopping = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.cfg.graceful_timeout
+        while service.live and loop.time() < deadline and not quit_now.is_set():
+            for connection in service.connections.members(Phase.IDLE):
+                connection.evict("worker stopping")
+            self.notify()
+            await asyncio.sleep(0.05)

@@ -1,0 +1,124 @@
+"""One admission path (``/mutate`` or ``/validate``), from the HTTP request to its answer.
+
+``AdmissionEndpoint.__call__`` is the whole request path, in the order it runs, as
+controller-runtime's ``webhook/admission/http.go`` reads: check the Content-Type, read the
+body under its cap, wait for room to decode it, decode the AdmissionReview once, refuse a
+client without a certificate where one is required, let ``admission.decide`` answer, echo
+the uid, then count, time and log the answer and encode it. Every step that fails answers
+there, with a message that says what to change; none raises.
+
+A large body holds room in the worker's ``BodyBudget`` from decoding to the end of the
+decision, so the memory of every review a worker works on at once is bounded together, not
+one decode at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+from webhook.server.admission import Decide, Endpoint
+from webhook.server.admission_log import ADMISSION_LOGGER, log_admission
+from webhook.server.body_budget import BodyBudget
+from webhook.server.metrics import AdmissionMetrics
+from webhook.server.request_body import UnreadableBodyError, read_body
+from webhook.server.review import (
+    JSON_CONTENT_TYPE,
+    AdmissionResponse,
+    MalformedReviewError,
+    decode_review,
+    denied,
+    encode_review,
+    errored,
+)
+
+log = logging.getLogger("gpushare.server")
+
+NO_CLIENT_CERTIFICATE = (
+    "This webhook accepts admission requests only from clients with a certificate signed by "
+    "its client CA (--client-ca). Configure the apiserver to present one: an "
+    "AdmissionConfiguration whose kubeConfigFile names the client certificate "
+    "(docs/reliability.md)."
+)
+HANDLER_FAILED = "The webhook failed to evaluate the pod; see its logs."
+READ_FAILED = "The webhook failed to read the request; see its logs."
+BUSY = "The webhook is busy decoding other large requests; try again."
+
+
+@dataclass(frozen=True, slots=True)
+class HttpAnswer:
+    status: int
+    body: bytes
+    content_type: str = JSON_CONTENT_TYPE
+
+
+class AdmissionEndpoint:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        decide: Decide,
+        *,
+        metrics: AdmissionMetrics,
+        budget: BodyBudget,
+        max_body_bytes: int,
+        client_certificates: bool = False,
+    ) -> None:
+        self.endpoint = endpoint
+        self.decide = decide
+        self.metrics = metrics
+        self.budget = budget
+        self.max_body_bytes = max_body_bytes
+        self.client_certificates = client_certificates
+        self.logger = logging.getLogger(ADMISSION_LOGGER)
+        self.too_large = (
+            f"The request body is larger than {max_body_bytes} bytes; the apiserver never "
+            "sends more than 3 MiB."
+        )
+
+    def __call__(self, environ: dict[str, Any]) -> HttpAnswer:
+        started = perf_counter()
+        response = self.review(environ)
+        seconds = perf_counter() - started
+        self.metrics.observe_admission(self.endpoint, response.outcome, seconds)
+        log_admission(self.logger, self.endpoint, response, seconds)
+        return HttpAnswer(response.http_status, encode_review(response))
+
+    def review(self, environ: dict[str, Any]) -> AdmissionResponse:
+        """The completed AdmissionResponse for one request; answers before decoding have no
+        uid to echo."""
+        content_type = environ.get("CONTENT_TYPE", "")
+        if content_type != JSON_CONTENT_TYPE and not is_json(content_type):
+            return errored(
+                415, f"Content-Type must be {JSON_CONTENT_TYPE}, not {content_type or 'missing'!r}."
+            )
+        try:
+            body = read_body(environ, self.max_body_bytes)
+        except UnreadableBodyError as error:
+            return errored(400, f"The request body could not be read ({error}).")
+        except Exception:  # a bug in the reader
+            log.exception("reading an admission request failed")
+            return errored(500, READ_FAILED)
+        if body is None:
+            return errored(413, self.too_large)
+        with self.budget.hold(len(body)) as admitted:
+            if not admitted:
+                return errored(503, BUSY)
+            try:
+                request = decode_review(body)
+            except MalformedReviewError as bad:
+                return errored(bad.http_status, bad.message).complete(None, bad.uid)
+            del body  # the decoded request is all that is needed from here on
+            if self.client_certificates and environ.get("SSL_CLIENT_VERIFY") != "SUCCESS":
+                return denied(403, [NO_CLIENT_CERTIFICATE]).complete(request)
+            try:
+                response = self.decide(request)
+            except Exception:
+                log.exception("admission failed", extra={"uid": request.uid})
+                response = errored(500, HANDLER_FAILED)
+            return response.complete(request)
+
+
+def is_json(content_type: str) -> bool:
+    return content_type.partition(";")[0].strip().lower() == JSON_CONTENT_TYPE

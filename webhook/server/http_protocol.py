@@ -1,0 +1,443 @@
+"""HTTP/1.1 over TLS for one connection, on asyncio, framed by h11: no client can stall it.
+
+Each accepted socket gets an ``HttpConnection`` (an ``asyncio.Protocol``) and one task that
+runs its requests in turn: the TLS handshake (``tls_session``), then per request read the
+head and the body in full, answer (``wsgi_call``), write the answer, and wait for the next
+request. h11 does the framing (RFC 9112: lengths, chunks, pipelining, Expect); this module
+only decides when to read, when to give up and what to hold.
+
+What a client can hold, and for how long:
+
+- reading a request (handshake included) has ``read_timeout`` from its first byte awaited;
+  past it the connection is closed. An idle kept-alive connection has ``keepalive``;
+- a head is at most ``MAX_HEAD_BYTES`` (h11 answers 431 past it); a body past
+  ``max_body_bytes``, declared or received, is not read further: the application answers
+  413 from the declared length (no "100 Continue" is sent for it) and the connection closes;
+- bytes received but not yet framed pause the socket past ``INBOX_PAUSE_BYTES``; a body is
+  read only once its size is reserved in the worker's budget, which also caps the number
+  of connections (``connections.Connections``);
+- an answer the client does not take in has ``read_timeout`` to leave the buffers;
+- closing sends TLS close_notify and a half-close, and drops what the client still sends
+  for at most ``CLOSE_TIMEOUT``.
+
+Small requests (every ordinary admission) are answered in the event loop: the app takes a
+fraction of a millisecond, and a hand-off to a thread and back would cost more. Larger ones,
+whose decoding takes long enough to hold up the loop, go to the worker's thread pool; the
+body is already in memory, so no thread ever waits on a client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from http import HTTPStatus
+
+import h11
+import orjson
+
+from webhook.server.connections import STALLED_SECONDS, Connections, Phase
+from webhook.server.tls_session import TlsSession
+from webhook.server.wsgi_call import Answer, Peer, WholeRequest, WsgiApp, call
+
+log = logging.getLogger("gpushare.server.http")
+
+# Far above what the apiserver sends (a few hundred bytes of head); a head still unfinished
+# here is refused with 431.
+MAX_HEAD_BYTES = 16 * 1024
+INBOX_PAUSE_BYTES = 64 * 1024
+# Bodies this small (every ordinary review) need no reservation: what they can hold is
+# bounded by the connection cap and INBOX_PAUSE_BYTES, and they never wait behind uploads.
+SMALL_BODY_BYTES = 64 * 1024
+CLOSE_TIMEOUT = 2.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    read_timeout: float
+    keepalive: float
+    max_body_bytes: int
+    loop_answer_max_bytes: int
+
+
+@dataclass
+class Service:
+    """What a worker's connections share."""
+
+    app: WsgiApp
+    limits: Limits
+    connections: Connections
+    executor: Executor
+    # A context per new connection: the serving certificate as it is on disk now.
+    tls_context: Callable[[], ssl.SSLContext] | None
+    stopping: bool = False
+    live: set[HttpConnection] = field(default_factory=set)
+
+
+class HttpConnection(asyncio.Protocol):
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.loop = asyncio.get_running_loop()
+        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self.inbox = bytearray()
+        self.room: asyncio.Future[None] | None = None
+        self.eof = False
+        self.paused = False
+        self.lost = False
+        self.waiter: asyncio.Future[None] | None = None
+        self.drained: asyncio.Future[None] | None = None
+        self.deadline: asyncio.TimerHandle | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.transport: asyncio.Transport | None = None
+        tls_context = service.tls_context
+        self.tls = TlsSession(tls_context()) if tls_context is not None else None
+        self.closing = False
+
+    # -- asyncio.Protocol ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.service.live.add(self)
+        self.service.connections.admit(self)
+        self.expire_in(self.service.limits.read_timeout)
+        self.task = self.loop.create_task(self.run())
+
+    def data_received(self, data: bytes) -> None:
+        connections = self.service.connections
+        if self.closing:
+            return  # lingering after the answer: the client's leftovers are dropped
+        if self.tls is not None:
+            data = self.decrypt(data)
+            if not data:
+                return
+        if connections.phase_of.get(self) is Phase.IDLE:
+            connections.enter(self, Phase.READING)
+            self.expire_in(self.service.limits.read_timeout)
+        self.inbox += data
+        connections.heard_from(self)
+        if len(self.inbox) > INBOX_PAUSE_BYTES:
+            self.pause()
+        self.wake()
+
+    def decrypt(self, data: bytes) -> bytes:
+        assert self.tls is not None and self.transport is not None
+        try:
+            received = self.tls.receive(data)
+        except ssl.SSLError as error:
+            log.debug("TLS refused: %s", error)
+            self.transport.write(self.tls.pending_output())  # the alert says why
+            self.close(notify=False)
+            return b""
+        if received.outgoing:
+            self.transport.write(received.outgoing)
+        if received.closed:
+            self.eof = True
+        if self.tls.handshaken or received.closed:
+            self.wake()
+        return received.plaintext
+
+    def pause(self) -> None:
+        if not self.paused and self.transport is not None:
+            self.transport.pause_reading()
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.paused and not self.lost and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+
+    def room_granted(self) -> None:
+        if self.room is not None and not self.room.done():
+            self.room.set_result(None)
+
+    async def reserve(self, size: int) -> None:
+        """Hold ``size`` bytes of the worker's body budget before reading the body."""
+        connections = self.service.connections
+        if connections.reserve(self, size):
+            return
+        self.pause()
+        self.room = self.loop.create_future()
+        retry = self.loop.call_later(STALLED_SECONDS, self.retry_room)
+        try:
+            await self.room
+        finally:
+            retry.cancel()
+            self.room = None
+        if len(self.inbox) <= INBOX_PAUSE_BYTES:
+            self.resume()
+
+    def retry_room(self) -> None:
+        """Still waiting for room: uploads may have stalled since; close them."""
+        if self.room is None or self.room.done() or self.lost:
+            return
+        self.service.connections.retry_waiting()
+        if self.room is not None and not self.room.done():
+            self.loop.call_later(STALLED_SECONDS, self.retry_room)
+
+    def eof_received(self) -> bool | None:
+        self.eof = True
+        self.wake()
+        if self.closing and self.transport is not None:
+            self.transport.close()  # the client has finished too: end the linger
+        return True  # the answer may still be written; close() ends the connection
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.service.connections.forget(self)
+        self.service.live.discard(self)
+        if self.deadline is not None:
+            self.deadline.cancel()
+        self.wake()
+        if self.drained is not None and not self.drained.done():
+            self.drained.set_result(None)
+
+    def resume_writing(self) -> None:
+        if self.drained is not None and not self.drained.done():
+            self.drained.set_result(None)
+
+    # -- bounds ----------------------------------------------------------------------------
+
+    def expire_in(self, seconds: float) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
+        self.deadline = self.loop.call_later(seconds, self.evict, "deadline")
+
+    def evict(self, reason: str) -> None:
+        """Close now, without waiting for the client (the cap, the memory bound, a deadline,
+        or a stopping worker)."""
+        log.debug("closing a connection: %s", reason)
+        self.service.connections.forget(self)
+        if self.transport is not None:
+            self.transport.abort()
+        if self.task is not None and self.task is not asyncio.current_task():
+            self.task.cancel()
+
+    # -- the connection's requests ---------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            peer = await self.handshake()
+            while not self.lost:
+                request = await self.read_request()
+                if request is None or not await self.answer(request, peer):
+                    break
+                if not self.next_cycle():
+                    break
+        except (OSError, ssl.SSLError, ConnectionError, asyncio.CancelledError) as error:
+            log.debug("connection dropped: %r", error)
+        except Exception:
+            log.exception("connection failed")
+        finally:
+            self.close()
+
+    async def handshake(self) -> Peer:
+        """Wait for the TLS handshake (under the read deadline); who the client is."""
+        transport = self.transport
+        assert transport is not None
+        while self.tls is not None and not self.tls.handshaken:
+            if self.lost or self.eof or self.closing:
+                raise ConnectionError("closed during the TLS handshake")
+            await self.more_data()
+        transport.set_write_buffer_limits(high=64 * 1024, low=0)
+        server = transport.get_extra_info("sockname") or ("", 0)
+        remote = transport.get_extra_info("peername") or ("", 0)
+        return Peer(
+            server_name=str(server[0]),
+            server_port=str(server[1]),
+            remote_addr=str(remote[0]),
+            remote_port=str(remote[1]),
+            url_scheme="https" if self.tls is not None else "http",
+            client_certificate=self.tls is not None and self.tls.client_certificate(),
+        )
+
+    def wake(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+    async def more_data(self) -> None:
+        self.waiter = self.loop.create_future()
+        await self.waiter
+        self.waiter = None
+
+    def next_event(self) -> h11.Event | type[h11.PAUSED] | type[h11.NEED_DATA]:
+        if self.inbox:
+            self.h11.receive_data(bytes(self.inbox))
+            self.inbox.clear()
+            if self.room is None:
+                self.resume()
+        if self.eof and self.h11.their_state is not h11.CLOSED:
+            with contextlib.suppress(RuntimeError):
+                self.h11.receive_data(b"")
+        return self.h11.next_event()
+
+    async def read_request(self) -> WholeRequest | None:
+        """The next request, whole or cut at the cap; None when the client has gone."""
+        max_body = self.service.limits.max_body_bytes
+        head: h11.Request | None = None
+        declared: int | None = None
+        body = bytearray()
+        try:
+            while True:
+                event = self.next_event()
+                if event is h11.NEED_DATA:
+                    if self.lost:
+                        return None
+                    await self.more_data()
+                elif isinstance(event, h11.Request):
+                    head = event
+                    declared = declared_length(event)
+                    if declared is not None and declared > max_body:
+                        return whole(head, b"", declared, within_cap=False)
+                    size = max_body if declared is None and chunked(event) else declared or 0
+                    if size > SMALL_BODY_BYTES:
+                        await self.reserve(size)
+                    if self.h11.they_are_waiting_for_100_continue:
+                        self.send(h11.InformationalResponse(status_code=100, headers=[]))
+                elif isinstance(event, h11.Data):
+                    body += event.data
+                    if len(body) > max_body:
+                        return whole(head, bytes(body[: max_body + 1]), None, within_cap=False)
+                elif isinstance(event, h11.EndOfMessage):
+                    return whole(head, bytes(body), declared)
+                else:  # ConnectionClosed, or PAUSED: nothing more from this client
+                    return None
+        except h11.RemoteProtocolError as error:
+            self.refuse(error)
+            return None
+
+    def refuse(self, error: h11.RemoteProtocolError) -> None:
+        """A 400 (or h11's better status, 431 for an endless head) for a malformed request."""
+        if self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE) or self.lost:
+            return
+        answer = json_answer(error.error_status_hint, f"Malformed HTTP request: {error}")
+        with contextlib.suppress(h11.LocalProtocolError):
+            self.send_answer(answer, keep_alive=False)
+
+    async def answer(self, request: WholeRequest, peer: Peer) -> bool:
+        """Answer ``request``; True when the connection may carry another one."""
+        connections = self.service.connections
+        connections.enter(self, Phase.ANSWERING)
+        if self.deadline is not None:
+            self.deadline.cancel()
+        app, limits = self.service.app, self.service.limits
+        try:
+            if len(request.body) <= limits.loop_answer_max_bytes:
+                answer = call(app, request, peer)
+            else:
+                answer = await self.loop.run_in_executor(
+                    self.service.executor, call, app, request, peer
+                )
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("the application failed to answer")
+            answer = failure_answer()
+        keep_alive = request.body_within_cap and not self.service.stopping
+        connections.release(self)
+        if self.lost:
+            return False
+        self.send_answer(answer, keep_alive)
+        transport = self.transport
+        if transport is not None and transport.get_write_buffer_size():
+            self.expire_in(limits.read_timeout)
+            self.drained = self.loop.create_future()
+            await self.drained
+            self.drained = None
+        return keep_alive and self.h11.our_state is h11.DONE
+
+    def send_answer(self, answer: Answer, keep_alive: bool) -> None:
+        headers = [(name, value) for name, value in answer.headers if name.lower() != "connection"]
+        if not keep_alive:
+            headers.append(("Connection", "close"))
+        self.send(h11.Response(status_code=answer.status, headers=headers, reason=answer.reason))
+        if answer.body:
+            self.send(h11.Data(data=answer.body))
+        self.send(h11.EndOfMessage())
+
+    def send(self, event: h11.Event) -> None:
+        data = self.h11.send(event)
+        if data and self.transport is not None and not self.lost:
+            self.transport.write(self.tls.send(data) if self.tls is not None else data)
+
+    def next_cycle(self) -> bool:
+        """Ready for the next request: idle until its first byte, unless it is here."""
+        if self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
+            return False
+        self.h11.start_next_cycle()
+        limits = self.service.limits
+        pending = bool(self.inbox) or self.h11.trailing_data[0]
+        if pending:
+            self.service.connections.enter(self, Phase.READING)
+            self.expire_in(limits.read_timeout)
+        else:
+            self.service.connections.enter(self, Phase.IDLE)
+            self.expire_in(limits.keepalive)
+        return True
+
+    def close(self, notify: bool = True) -> None:
+        """Close after the last answer: close_notify, then a half-close, then drop what the
+        client still sends until it closes too or ``CLOSE_TIMEOUT`` passes. Closing at once
+        with unread bytes would reset the connection, which can destroy the answer before
+        the client reads it (RFC 9112, section 9.6)."""
+        if self.lost or self.transport is None:
+            self.service.connections.forget(self)
+            return
+        if self.closing:
+            return
+        self.closing = True
+        self.wake()
+        self.service.connections.enter(self, Phase.CLOSING)
+        self.expire_in(CLOSE_TIMEOUT)
+        transport = self.transport
+        if notify and self.tls is not None:
+            transport.write(self.tls.close_notify())
+        self.resume()
+        if self.eof or not transport.can_write_eof():
+            transport.close()
+        else:
+            transport.write_eof()
+
+
+def chunked(request: h11.Request) -> bool:
+    return any(name == b"transfer-encoding" for name, _ in request.headers)
+
+
+def declared_length(request: h11.Request) -> int | None:
+    for name, value in request.headers:
+        if name == b"content-length":
+            return int(value)  # h11 has checked it is one decimal number
+    return None
+
+
+def whole(
+    head: h11.Request | None, body: bytes, declared: int | None, within_cap: bool = True
+) -> WholeRequest:
+    assert head is not None
+    return WholeRequest(
+        method=head.method.decode("ascii"),
+        target=head.target.decode("latin-1"),
+        headers=list(head.headers),
+        body=body,
+        body_within_cap=within_cap,
+        declared_length=declared,
+    )
+
+
+def failure_answer() -> Answer:
+    return json_answer(500, "The server failed to answer the request; see its logs.")
+
+
+def json_answer(status: int, message: str) -> Answer:
+    """An answer the transport makes itself (the application never saw the request)."""
+    body = orjson.dumps({"message": message})
+    try:
+        reason = HTTPStatus(status).phrase.encode("ascii")
+    except ValueError:
+        reason = b""
+    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+    return Answer(status, headers, body, reason)
