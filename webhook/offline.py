@@ -30,6 +30,7 @@ from webhook.core import (
     mutate,
     mutated_pod,
     pod_shape_problem,
+    pod_size_problem,
     workload_kind,
 )
 from webhook.errors import ManifestError
@@ -216,7 +217,7 @@ def manifest_problems(document: Document, namespace: str | None = None) -> list[
     if not problems and not isinstance(pod, dict):
         problems = [f"{root} must be an object."]
     elif not problems:
-        shape = pod_shape_problem(pod, root)
+        shape = pod_shape_problem(pod, root) or pod_size_problem(pod, root)
         problems = [shape.lstrip(".")] if shape else []
     where = namespace or own_namespace or "default"
     label = Checked(document, kind, where, name, UNTOUCHED).label

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -277,3 +278,44 @@ def test_a_second_server_on_a_taken_port_refuses_to_start(
     assert second.returncode != 0
     assert f"Another server already listens on 127.0.0.1:{server.port}" in second.stderr
     assert wait_until(lambda: admission_seconds(server) < PATIENCE, 5)
+
+
+def test_reviews_of_huge_argument_lists_are_refused_within_the_memory_limit(
+    server: RunningServer,
+) -> None:
+    """Eight at once of a review within the cap holding 800,000 one-character args: each is
+    refused with what to change, and the workers stay within the Deployment's limit."""
+    pod = annotated_pod()
+    pod["spec"]["containers"][0]["args"] = ["a"] * 800_000
+    body = json.dumps(review(pod), separators=(",", ":")).encode()
+    assert len(body) < 3 * 1024 * 1024 + 64 * 1024
+    pids = [server.process.pid, *server.worker_pids()]
+    peak = rss_bytes(pids)
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                peak = max(peak, rss_bytes(pids))
+            time.sleep(0.01)
+
+    def send(_: int) -> tuple[int, dict[str, object]]:
+        status, answer = server.request("POST", "/mutate", body)
+        return status, json.loads(answer)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(send, range(8)))
+    finally:
+        stop.set()
+        sampler.join()
+    print(f"8 reviews of 800,000 args at once: peak RSS {peak / 2**20:.0f} MiB")
+    for status, answer in answers:
+        response = answer["response"]
+        assert status == 200 and response["allowed"] is False  # type: ignore[index]
+        message = response["status"]["message"]  # type: ignore[index]
+        assert "800002 command and args items" in message
+    assert peak < 384 * 1024 * 1024, f"peak {peak / 2**20:.0f} MiB"

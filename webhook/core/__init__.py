@@ -29,6 +29,7 @@ from webhook.core.modes import (
 )
 from webhook.core.placement import Placement, format_fraction
 from webhook.core.planning import Decision, Denied, Planned, Untouched
+from webhook.core.pod_bounds import pod_size_problem
 from webhook.core.pod_shape import pod_shape_problem
 from webhook.core.policy.loader import (
     default_policies_path,
@@ -117,6 +118,7 @@ __all__ = [
     "parse_version",
     "place_request",
     "pod_shape_problem",
+    "pod_size_problem",
     "pod_template",
     "read_policy_files",
     "read_request",

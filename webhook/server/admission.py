@@ -32,6 +32,7 @@ from webhook.core import (
     check_template,
     mutate,
     pod_shape_problem,
+    pod_size_problem,
     pod_template,
     template_changed,
     validate,
@@ -83,6 +84,9 @@ def pod_handler(endpoint: Endpoint, store: PolicyStore) -> Decide:
         problem = pod_shape_problem(pod)
         if problem is not None:
             return errored(400, problem)
+        too_large = pod_size_problem(pod)
+        if too_large is not None:
+            return denied(422, [too_large])
         policies = store.policies
         if policies is None:
             return errored(503, "No valid policies are loaded yet; see /readyz for the problems.")
@@ -116,6 +120,9 @@ def _handle_workload(request: AdmissionRequest, store: PolicyStore) -> Admission
     problem = pod_shape_problem(template, root)
     if problem is not None:
         return errored(400, problem)
+    too_large = pod_size_problem(template, root)
+    if too_large is not None:
+        return denied(422, [too_large])
     policies = store.policies
     if policies is None:
         return errored(503, "No valid policies are loaded yet; see /readyz for the problems.")

@@ -31,7 +31,7 @@ from webhook.server.tls import serving_certificate
 
 # Room for a few maximum-size bodies at once (the apiserver sends at most 3 MiB) besides
 # every ordinary one; past it the oldest unfinished request is dropped.
-BUFFERED_BODIES = 4
+BUFFERED_BODIES = 2
 
 
 class AsyncioWorker(Worker):  # type: ignore[misc]

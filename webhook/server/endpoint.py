@@ -1,15 +1,16 @@
 """One admission path (``/mutate`` or ``/validate``), from the HTTP request to its answer.
 
 ``AdmissionEndpoint.__call__`` is the whole request path, in the order it runs, as
-controller-runtime's ``webhook/admission/http.go`` reads: check the Content-Type, read the
-body under its cap, wait for room to decode it, decode the AdmissionReview once, refuse a
-client without a certificate where one is required, let ``admission.decide`` answer, echo
-the uid, then count, time and log the answer and encode it. Every step that fails answers
-there, with a message that says what to change; none raises.
+controller-runtime's ``webhook/admission/http.go`` reads: ``read`` checks the Content-Type
+and reads the body under its cap; the body waits for room to decode; ``review`` decodes the
+AdmissionReview once, refuses a client without a certificate where one is required, lets
+the decision (``admission.pod_handler``) answer and echoes the uid; ``answer`` counts,
+times, logs and encodes. Every step that fails answers there, with a message that says
+what to change; none raises.
 
-A large body holds room in the worker's ``BodyBudget`` from decoding to the end of the
-decision, so the memory of every review a worker works on at once is bounded together, not
-one decode at a time.
+A large body holds room in the worker's ``BodyBudget`` from decoding until its decoded form
+is let go, so the memory of every review a worker works on at once is bounded together,
+not one decode at a time.
 """
 
 from __future__ import annotations
@@ -79,15 +80,21 @@ class AdmissionEndpoint:
 
     def __call__(self, environ: dict[str, Any]) -> HttpAnswer:
         started = perf_counter()
-        response = self.review(environ)
-        seconds = perf_counter() - started
-        self.metrics.observe_admission(self.endpoint, response.outcome, seconds)
-        log_admission(self.logger, self.endpoint, response, seconds)
-        return HttpAnswer(response.http_status, encode_review(response))
+        body = self.read(environ)
+        if isinstance(body, AdmissionResponse):
+            return self.answer(body, started)
+        # Decoded, a review takes about 20 times its size: large ones take turns, and the
+        # decoded request (which the response keeps for the log line) is let go before the
+        # next one may start.
+        with self.budget.hold(len(body)) as admitted:
+            response = self.review(body, environ) if admitted else errored(503, BUSY)
+            del body
+            answer = self.answer(response, started)
+            del response
+        return answer
 
-    def review(self, environ: dict[str, Any]) -> AdmissionResponse:
-        """The completed AdmissionResponse for one request; answers before decoding have no
-        uid to echo."""
+    def read(self, environ: dict[str, Any]) -> bytes | AdmissionResponse:
+        """The request body, or the answer that refuses the request before it is read."""
         content_type = environ.get("CONTENT_TYPE", "")
         if content_type != JSON_CONTENT_TYPE and not is_json(content_type):
             return errored(
@@ -100,24 +107,29 @@ class AdmissionEndpoint:
         except Exception:  # a bug in the reader
             log.exception("reading an admission request failed")
             return errored(500, READ_FAILED)
-        if body is None:
-            return errored(413, self.too_large)
-        with self.budget.hold(len(body)) as admitted:
-            if not admitted:
-                return errored(503, BUSY)
-            try:
-                request = decode_review(body)
-            except MalformedReviewError as bad:
-                return errored(bad.http_status, bad.message).complete(None, bad.uid)
-            del body  # the decoded request is all that is needed from here on
-            if self.client_certificates and environ.get("SSL_CLIENT_VERIFY") != "SUCCESS":
-                return denied(403, [NO_CLIENT_CERTIFICATE]).complete(request)
-            try:
-                response = self.decide(request)
-            except Exception:
-                log.exception("admission failed", extra={"uid": request.uid})
-                response = errored(500, HANDLER_FAILED)
-            return response.complete(request)
+        return errored(413, self.too_large) if body is None else body
+
+    def review(self, body: bytes, environ: dict[str, Any]) -> AdmissionResponse:
+        """Decode once, check the client, decide, echo the uid."""
+        try:
+            request = decode_review(body)
+        except MalformedReviewError as bad:
+            return errored(bad.http_status, bad.message).complete(None, bad.uid)
+        if self.client_certificates and environ.get("SSL_CLIENT_VERIFY") != "SUCCESS":
+            return denied(403, [NO_CLIENT_CERTIFICATE]).complete(request)
+        try:
+            response = self.decide(request)
+        except Exception:
+            log.exception("admission failed", extra={"uid": request.uid})
+            response = errored(500, HANDLER_FAILED)
+        return response.complete(request)
+
+    def answer(self, response: AdmissionResponse, started: float) -> HttpAnswer:
+        """Count, time and log ``response``, and encode it."""
+        seconds = perf_counter() - started
+        self.metrics.observe_admission(self.endpoint, response.outcome, seconds)
+        log_admission(self.logger, self.endpoint, response, seconds)
+        return HttpAnswer(response.http_status, encode_review(response))
 
 
 def is_json(content_type: str) -> bool:
