@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib.metadata
+import re
 import subprocess
 import sys
 import tomllib
@@ -21,28 +22,23 @@ from webhook.server.settings import ENV_PREFIX, ServeSettings
 REPO = Path(__file__).resolve().parents[1]
 
 
-def parsers(
-    parser: argparse.ArgumentParser | None = None,
-) -> Iterator[tuple[str, argparse.ArgumentParser]]:
-    """Every parser of the command tree, by its prog, the root first."""
-    parser = parser or cli.build_parser()
-    yield parser.prog, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for child in dict.fromkeys(action.choices.values()):
-                yield from parsers(child)
+def commands() -> Iterator[tuple[str, cli.Command]]:
+    """Every command of the tree, by its parser's prog, the root first."""
+    for command in cli.build_command_tree().walk():
+        yield command.parser.prog, command
 
 
 def options() -> Iterator[tuple[str, str, argparse.Action]]:
-    """(prog, option string, action) for every flag of every command."""
-    for prog, parser in parsers():
-        for action in parser._actions:
+    """(prog, option string, action) for every flag of every command (argparse's own -h
+    aside: the tree keeps what the commands add)."""
+    for prog, command in commands():
+        for action in command.arguments:
             for option in action.option_strings:
                 yield prog, option, action
 
 
 def test_the_tree_holds_every_command() -> None:
-    progs = {prog for prog, _ in parsers()}
+    progs = {prog for prog, _ in commands()}
     assert progs == {
         "gpushare",
         *(
@@ -56,17 +52,26 @@ def test_the_tree_holds_every_command() -> None:
     }  # fmt: skip
 
 
-@pytest.mark.parametrize("prog", [prog for prog, _ in parsers()])
+@pytest.mark.parametrize("prog", [prog for prog, _ in commands()])
 def test_every_command_has_a_description_and_every_flag_a_help(prog: str) -> None:
-    parser = dict(parsers())[prog]
-    assert parser.description and len(parser.description) > 20, prog
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for choice in action._choices_actions:
-                assert choice.help, f"{prog} {choice.dest}: no help in the command list"
-            continue
+    command = dict(commands())[prog]
+    description = command.parser.description
+    assert description and len(description) > 20, prog
+    for name, subcommand in command.subcommands.items():
+        assert subcommand.help, f"{prog} {name}: no help in the command list"
+    for action in command.arguments:
         name = "/".join(action.option_strings) or action.dest
         assert action.help and action.help != argparse.SUPPRESS, f"{prog} {name}: no help"
+
+
+@pytest.mark.parametrize("prog", [prog for prog, _ in commands()])
+def test_the_tree_keeps_every_flag_the_usage_shows(prog: str) -> None:
+    """A flag added to the parser around the tree would escape the checks above."""
+    command = dict(commands())[prog]
+    shown = set(re.findall(r"(?<![\w-])--?[A-Za-z][\w-]*", command.parser.format_usage()))
+    kept = {option for action in command.arguments for option in action.option_strings}
+    assert "-h" in shown, prog
+    assert shown - {"-h"} <= kept, prog
 
 
 def test_one_meaning_per_flag() -> None:
@@ -126,7 +131,7 @@ def test_a_command_without_its_subcommand_prints_its_help_and_exits_2(
 
 
 def test_serve_help_lists_every_gpushare_variable() -> None:
-    text = dict(parsers())["gpushare serve"].format_help()
+    text = dict(commands())["gpushare serve"].parser.format_help()
     for name in ServeSettings.__dataclass_fields__:
         assert f"{ENV_PREFIX}{name.upper()} " in text, name
     assert "GPUSHARE_STATE_DIR" in text

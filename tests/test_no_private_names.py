@@ -75,9 +75,10 @@ def first_party_modules(tree: ast.AST) -> set[str]:
             for alias in node.names:
                 if alias.name.split(".")[0] in FIRST_PARTY:
                     names.add((alias.asname or alias.name).split(".")[0])
-        elif isinstance(node, ast.ImportFrom):
-            if node.level > 0 or (node.module or "").split(".")[0] in FIRST_PARTY:
-                names.update(alias.asname or alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and (
+            node.level > 0 or (node.module or "").split(".")[0] in FIRST_PARTY
+        ):
+            names.update(alias.asname or alias.name for alias in node.names)
     return names
 
 
@@ -89,9 +90,12 @@ def foreign_bases(tree: ast.AST) -> set[str]:
             for alias in node.names:
                 if alias.name.split(".")[0] not in FIRST_PARTY:
                     names.add((alias.asname or alias.name).split(".")[0])
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            if (node.module or "").split(".")[0] not in FIRST_PARTY:
-                names.update(alias.asname or alias.name for alias in node.names)
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and (node.module or "").split(".")[0] not in FIRST_PARTY
+        ):
+            names.update(alias.asname or alias.name for alias in node.names)
     return names
 
 

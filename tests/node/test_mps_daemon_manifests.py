@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from webhook.cli import Command
 from webhook.cli.node_commands import add_node_commands
 from webhook.constants import (
     DEVICE_PLUGIN_CONFIG_LABEL,
@@ -90,9 +91,9 @@ def test_daemonset_serves_the_policys_mps_daemon_pools_and_mounts_its_directorie
 
 def test_container_arguments_parse_and_probes_use_the_listen_port() -> None:
     (container,) = daemonset()["spec"]["template"]["spec"]["containers"]
-    parser = argparse.ArgumentParser(prog="gpushare")
-    add_node_commands(parser.add_subparsers(dest="command"))
-    args = parser.parse_args([*container["command"][1:], *container["args"]])
+    root = Command(argparse.ArgumentParser(prog="gpushare"))
+    add_node_commands(root.add_subcommands(dest="command"))
+    args = root.parser.parse_args([*container["command"][1:], *container["args"]])
     assert args.command == "mps-daemon"
     assert str(args.policies) == container["volumeMounts"][1]["mountPath"]
     port = int(args.listen.rpartition(":")[2])

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import yaml
 
+from webhook.cli.command_tree import Commands
 from webhook.cli.exit_codes import EXIT_OK
-from webhook.cli.options import Subparsers, add_policies_option
+from webhook.cli.options import add_policies_option
 from webhook.compile import REINVOCATION_POLICIES, compile_policies, notes
 from webhook.core import default_policies_path, load_policies
 
@@ -37,7 +38,7 @@ def run_compile(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_compile_command(commands: Subparsers) -> None:
+def add_compile_command(commands: Commands) -> None:
     parser = commands.add_parser(
         "compile",
         help="compile the policies into Mutating/ValidatingAdmissionPolicies (no webhook)",

@@ -22,16 +22,17 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from webhook.cli.command_tree import Commands
 from webhook.cli.exit_codes import EXIT_FAILED, EXIT_OK
-from webhook.cli.options import Subparsers, add_kubeconfig_option, add_policies_option
+from webhook.cli.options import add_kubeconfig_option, add_policies_option
 from webhook.core import PolicySet, default_policies_path, load_policies, namespace_templates
 from webhook.dra import PassResult, TemplateApi, TemplateReconciler, run
 from webhook.errors import GpushareError
 from webhook.policy_store import PolicyStore
 
 
-def add_dra_command(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
+def add_dra_command(subparsers: Commands) -> None:
+    command = subparsers.add_parser(
         "dra-templates",
         help="print or apply the ResourceClaimTemplates the dra mode's pods name",
         description=(
@@ -44,26 +45,26 @@ def add_dra_command(subparsers: Subparsers) -> None:
             "namespaces appear and the policy files change, until SIGTERM."
         ),
     )
-    add_policies_option(parser)
-    parser.add_argument(
+    add_policies_option(command)
+    command.add_argument(
         "-n",
         "--namespace",
         metavar="NS[,NS...]",
         help="the namespaces to make templates for, comma-separated (required without "
         "--apply; with it, default: every namespace)",
     )
-    parser.add_argument(
+    command.add_argument(
         "--apply",
         action="store_true",
         help="apply to the cluster instead of printing (all namespaces unless --namespace)",
     )
-    parser.add_argument(
+    command.add_argument(
         "--watch",
         action="store_true",
         help="with --apply: keep reconciling until SIGTERM (the in-cluster Deployment)",
     )
-    add_kubeconfig_option(parser, when="with --apply: ")
-    parser.add_argument(
+    add_kubeconfig_option(command, when="with --apply: ")
+    command.add_argument(
         "--resync",
         type=float,
         default=600.0,
@@ -71,7 +72,7 @@ def add_dra_command(subparsers: Subparsers) -> None:
         help="with --watch: a full pass this often, repairing templates changed by hand "
         "(default: 600)",
     )
-    parser.set_defaults(func=run_dra_templates, parser=parser)
+    command.set_defaults(func=run_dra_templates, parser=command.parser)
 
 
 def run_dra_templates(args: argparse.Namespace) -> int:

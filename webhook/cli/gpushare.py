@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from webhook.cli.command_tree import Command
 from webhook.cli.compile_command import add_compile_command
 from webhook.cli.dra_command import add_dra_command
 from webhook.cli.exit_codes import EXIT_BROKEN_PIPE, EXIT_USAGE
@@ -24,7 +25,9 @@ from webhook.cli.serve_command import add_serve_command
 from webhook.errors import GpushareError, ManifestError, PolicyError
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_command_tree() -> Command:
+    """The ``gpushare`` command with every subcommand, each with the arguments it was given
+    (``Command.walk`` visits them all; ``build_parser`` is the root's parser)."""
     parser = argparse.ArgumentParser(
         prog="gpushare",
         description=(
@@ -37,9 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok, 2 usage errors and invalid input or policies, 3 a document "
         "denied (mutate, explain), 1 other failures.",
     )
-    parser.add_argument("--version", action="version", version=f"gpushare {package_version()}")
-    parser.set_defaults(func=None, parser=parser)
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    command = Command(parser)
+    command.add_argument("--version", action="version", version=f"gpushare {package_version()}")
+    command.set_defaults(func=None, parser=parser)
+    commands = command.add_subcommands(dest="command", metavar="COMMAND", title="commands")
 
     add_manifest_commands(commands)
     add_policy_commands(commands)
@@ -49,7 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_node_commands(commands)
     add_dra_command(commands)
     add_compile_command(commands)
-    return parser
+    return command
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return build_command_tree().parser
 
 
 def package_version() -> str:

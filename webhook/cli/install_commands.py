@@ -12,10 +12,9 @@ import datetime as dt
 import sys
 from pathlib import Path
 
+from webhook.cli.command_tree import Arguments, Commands
 from webhook.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from webhook.cli.options import (
-    ArgumentTarget,
-    Subparsers,
     add_certificate_name_options,
     add_kubeconfig_option,
     add_policies_option,
@@ -48,12 +47,12 @@ SERVICE_HELP = "the webhook's Service name"
 SERVICE_NAMESPACE_HELP = "the Service's namespace"
 
 
-def add_install_commands(subparsers: Subparsers) -> None:
+def add_install_commands(subparsers: Commands) -> None:
     _add_certs(subparsers)
     _add_webhook_config(subparsers)
 
 
-def _add_certs(subparsers: Subparsers) -> None:
+def _add_certs(subparsers: Commands) -> None:
     parser = subparsers.add_parser(
         "certs",
         help="create a CA and the webhook's serving certificate",
@@ -74,7 +73,7 @@ def _add_certs(subparsers: Subparsers) -> None:
     parser.set_defaults(func=run_certs)
 
 
-def _add_in_cluster_arguments(parser: ArgumentTarget) -> None:
+def _add_in_cluster_arguments(parser: Arguments) -> None:
     """The Helm chart's certgen Jobs (webhook.install.cluster_certs)."""
     cluster = parser.add_argument_group(
         "in the cluster (the Helm chart's certgen Jobs)",
@@ -174,7 +173,7 @@ def run_cluster_certs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _add_webhook_config(subparsers: Subparsers) -> None:
+def _add_webhook_config(subparsers: Commands) -> None:
     """The flags of `webhook-config`; long because it is one add_argument per flag."""
     parser = subparsers.add_parser(
         "webhook-config",

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 import yaml
 
 from webhook.all_modes import SchemeView, check_all_modes, print_explain, print_mutate
+from webhook.cli.command_tree import Arguments, Commands
 from webhook.cli.exit_codes import EXIT_DENIED, EXIT_OK
 from webhook.cli.options import (
-    Subparsers,
     add_manifest_file_option,
     add_policies_option,
     add_recursive_option,
@@ -36,7 +36,7 @@ from webhook.manifest import read_manifests
 from webhook.offline import DENIED, Checked, check_documents, report
 
 
-def _manifest_arguments(parser: argparse.ArgumentParser) -> None:
+def _manifest_arguments(parser: Arguments) -> None:
     add_manifest_file_option(parser, required=True)
     add_recursive_option(parser)
     add_policies_option(parser)
@@ -48,7 +48,7 @@ def _manifest_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _all_modes_argument(parser: argparse.ArgumentParser) -> None:
+def _all_modes_argument(parser: Arguments) -> None:
     parser.add_argument(
         "--all-modes",
         action="store_true",
@@ -149,7 +149,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_DENIED if any(item.verdict == DENIED for item in checked) else EXIT_OK
 
 
-def add_manifest_commands(commands: Subparsers) -> None:
+def add_manifest_commands(commands: Commands) -> None:
     """``mutate`` and ``explain``: the offline verdicts on manifests."""
     mutate_parser = commands.add_parser(
         "mutate",

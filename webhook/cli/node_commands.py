@@ -12,9 +12,9 @@ import os
 import sys
 from pathlib import Path
 
+from webhook.cli.command_tree import Arguments, Commands
 from webhook.cli.exit_codes import EXIT_OK, EXIT_USAGE
 from webhook.cli.options import (
-    Subparsers,
     add_kubeconfig_option,
     add_policies_option,
 )
@@ -45,7 +45,7 @@ from webhook.node import (
 NODE_NAME_VARIABLE = "NODE_NAME"
 
 
-def add_node_commands(subparsers: Subparsers) -> None:
+def add_node_commands(subparsers: Commands) -> None:
     """Add ``mps-daemon`` and ``device-plugin-config`` to the CLI's subparsers."""
     _add_mps_daemon(subparsers)
     _add_device_plugin_config(subparsers)
@@ -54,7 +54,7 @@ def add_node_commands(subparsers: Subparsers) -> None:
 # -- mps-daemon -----------------------------------------------------------------------------
 
 
-def _add_mps_daemon(subparsers: Subparsers) -> None:
+def _add_mps_daemon(subparsers: Commands) -> None:
     parser = subparsers.add_parser(
         "mps-daemon",
         help="run and supervise the node's MPS control daemon (the mps-daemon mode's DaemonSet)",
@@ -68,7 +68,7 @@ def _add_mps_daemon(subparsers: Subparsers) -> None:
     parser.set_defaults(func=run_mps_daemon)
 
 
-def _add_daemon_setup_flags(parser: argparse.ArgumentParser) -> None:
+def _add_daemon_setup_flags(parser: Arguments) -> None:
     """What to serve, where, and how to reach the node and the daemon."""
     add_policies_option(parser, role="the policies the webhook loads: ", search=False)
     parser.add_argument(
@@ -94,7 +94,7 @@ def _add_daemon_setup_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_daemon_timing_flags(parser: argparse.ArgumentParser) -> None:
+def _add_daemon_timing_flags(parser: Arguments) -> None:
     """Health checks, restart backoff and how long to wait for the control program."""
     defaults = SupervisorSettings()
     parser.add_argument(
@@ -152,7 +152,7 @@ def run_mps_daemon(args: argparse.Namespace, nvml: Nvml | None = None) -> int:
 # -- device-plugin-config -------------------------------------------------------------------
 
 
-def _add_device_plugin_config(subparsers: Subparsers) -> None:
+def _add_device_plugin_config(subparsers: Commands) -> None:
     parser = subparsers.add_parser(
         "device-plugin-config",
         help="generate the NVIDIA device plugin configs of the policies' pools as a ConfigMap",

@@ -10,14 +10,9 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
 
+from webhook.cli.command_tree import Arguments
 from webhook.manifest import MANIFEST_SUFFIXES
-
-# argparse's _SubParsersAction is private; the top-level parser passes it through.
-Subparsers = Any
-# A parser, or one of its argument groups (argparse names their class privately).
-ArgumentTarget = Any
 
 POLICIES_VARIABLE = "GPUSHARE_POLICIES"
 POLICIES_HELP = (
@@ -28,7 +23,7 @@ IN_CLUSTER_KUBECONFIG_HELP = "kubeconfig (default: the in-cluster ServiceAccount
 
 
 def add_policies_option(
-    parser: ArgumentTarget, *, role: str = "", search: bool = True
+    parser: Arguments, *, role: str = "", search: bool = True
 ) -> argparse.Action:
     """``--policies PATH``, the policy files a command loads.
 
@@ -56,7 +51,7 @@ def add_policies_option(
     return action
 
 
-def add_kubeconfig_option(parser: ArgumentTarget, *, when: str = "") -> None:
+def add_kubeconfig_option(parser: Arguments, *, when: str = "") -> None:
     """``--kubeconfig FILE`` for a command that runs in the cluster under its own
     ServiceAccount (certgen Jobs, the MPS daemon, the DRA template reconciler); ``when`` says
     which of the command's modes use it."""
@@ -69,7 +64,7 @@ def add_kubeconfig_option(parser: ArgumentTarget, *, when: str = "") -> None:
     )
 
 
-def add_manifest_file_option(target: ArgumentTarget, *, required: bool, note: str = "") -> None:
+def add_manifest_file_option(target: Arguments, *, required: bool, note: str = "") -> None:
     """``-f/--file PATH``, repeatable: manifests as ``webhook.manifest.read_manifests`` reads
     them (``note`` adds what the command makes of them)."""
     target.add_argument(
@@ -83,7 +78,7 @@ def add_manifest_file_option(target: ArgumentTarget, *, required: bool, note: st
     )
 
 
-def add_recursive_option(parser: ArgumentTarget) -> None:
+def add_recursive_option(parser: Arguments) -> None:
     """``-R/--recursive``, with ``-f``: the subdirectories too."""
     parser.add_argument(
         "-R",
@@ -94,7 +89,7 @@ def add_recursive_option(parser: ArgumentTarget) -> None:
     )
 
 
-def add_certificate_name_options(target: ArgumentTarget, certificate: str) -> None:
+def add_certificate_name_options(target: Arguments, certificate: str) -> None:
     """``--ip`` and ``--dns``, repeatable: names a certificate carries besides its own
     (``certificate`` says which one)."""
     target.add_argument(

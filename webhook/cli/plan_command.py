@@ -13,9 +13,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from webhook.cli.command_tree import Arguments, Commands
 from webhook.cli.exit_codes import EXIT_OK
 from webhook.cli.options import (
-    Subparsers,
     add_manifest_file_option,
     add_policies_option,
     add_recursive_option,
@@ -88,7 +88,7 @@ def run_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _input_arguments(parser: argparse.ArgumentParser) -> None:
+def _input_arguments(parser: Arguments) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     add_manifest_file_option(source, required=False, note=" (Pods and workloads; replicas count)")
     source.add_argument(
@@ -117,7 +117,7 @@ def _input_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_plan_command(commands: Subparsers) -> None:
+def add_plan_command(commands: Commands) -> None:
     parser = commands.add_parser(
         "plan",
         help="GPUs a workload mix needs under each policy, side by side",

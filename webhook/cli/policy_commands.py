@@ -14,8 +14,8 @@ import json
 import sys
 from pathlib import Path
 
+from webhook.cli.command_tree import Commands
 from webhook.cli.exit_codes import EXIT_OK, EXIT_USAGE
-from webhook.cli.options import Subparsers
 from webhook.core import (
     Policy,
     PolicySet,
@@ -61,18 +61,18 @@ Each line reads `file: yaml.path: error|warning: what to change (line N)`; then 
 line on stdout."""
 
 
-def add_policy_commands(commands: Subparsers) -> None:
+def add_policy_commands(commands: Commands) -> None:
     """``gpushare policy`` with ``check`` and ``schema``."""
-    parser = commands.add_parser(
+    command = commands.add_parser(
         "policy",
         help="check policies as a set, print their JSON Schema",
         description="Tools for policy authors: check a set of policy files, print the JSON "
         "Schema of policy documents for editors.",
     )
-    policy_commands = parser.add_subparsers(
+    policy_commands = command.add_subcommands(
         dest="policy_command", metavar="COMMAND", title="commands"
     )
-    parser.set_defaults(func=None, parser=parser)
+    command.set_defaults(func=None, parser=command.parser)
     check = policy_commands.add_parser(
         "check",
         help="check policy files or directories as one set (exit 2 on errors)",

@@ -14,10 +14,9 @@ import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 
+from webhook.cli.command_tree import Arguments, Commands
 from webhook.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 from webhook.cli.options import (
-    ArgumentTarget,
-    Subparsers,
     add_certificate_name_options,
     add_policies_option,
     non_negative_int,
@@ -36,8 +35,8 @@ from webhook.install import CertificateError, parse_ip_addresses
 from webhook.server import ENV_PREFIX, ServeSettings, SettingsError, environ_settings
 
 
-def add_serve_command(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
+def add_serve_command(subparsers: Commands) -> None:
+    command = subparsers.add_parser(
         "serve",
         help="run the admission webhook over HTTPS (gunicorn)",
         description=textwrap.fill(
@@ -54,30 +53,30 @@ def add_serve_command(subparsers: Subparsers) -> None:
     )
     # The flags that set a ServeSettings field (their dest), for the list of variables.
     settings_flags = [
-        parser.add_argument(
+        command.add_argument(
             "--host",
             help="address to listen on; 0.0.0.0 for every address "
             f"(default {_field_default('host')})",
         ),
-        parser.add_argument(
+        command.add_argument(
             "--port",
             type=positive_int,
             help=f"port to listen on (default {_field_default('port')})",
         ),
-        add_policies_option(parser),
-        *_add_certificate_flags(parser),
+        add_policies_option(command),
+        *_add_certificate_flags(command),
     ]
-    parser.add_argument(
+    command.add_argument(
         "--state-dir",
         type=Path,
         help=f"where local certificates go (default: ${STATE_DIR_VARIABLE} or ./.state)",
     )
-    settings_flags += _add_tuning_flags(parser)
-    parser.epilog = environment_help(settings_flags)
-    parser.set_defaults(func=run_serve)
+    settings_flags += _add_tuning_flags(command)
+    command.parser.epilog = environment_help(settings_flags)
+    command.set_defaults(func=run_serve)
 
 
-def _add_certificate_flags(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+def _add_certificate_flags(parser: Arguments) -> list[argparse.Action]:
     certs = parser.add_argument_group("certificates (default: generated in the state dir)")
     flags = [
         certs.add_argument(
@@ -99,7 +98,7 @@ def _add_certificate_flags(parser: argparse.ArgumentParser) -> list[argparse.Act
     return flags
 
 
-def _add_tuning_flags(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+def _add_tuning_flags(parser: Arguments) -> list[argparse.Action]:
     # Tuning flags default to None so that ServeSettings' own defaults apply; ``dest`` is
     # the ServeSettings field each one sets.
     tuning = parser.add_argument_group("tuning (defaults: ServeSettings)")
@@ -132,7 +131,7 @@ def _add_tuning_flags(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     return [workers, threads, poll, body, *connections, log_level]
 
 
-def _add_connection_flags(tuning: ArgumentTarget) -> list[argparse.Action]:
+def _add_connection_flags(tuning: Arguments) -> list[argparse.Action]:
     """How long clients get, how many connections a worker holds, and where answers run."""
     return [
         tuning.add_argument(

@@ -1,11 +1,11 @@
 """A logging handler that writes the admission lines in batches, not one write per line.
 
-Why: a ``write`` per admission line made the gthread workers spend a large share of their
-CPU per admission on the syscall and the GIL hand-offs around it (bench/README.md,
-"Admission log lines"). This handler collects formatted lines and writes them together:
-whole lines only, at most ``PIPE_BUF`` bytes per ``write`` (atomic on a pipe, so lines of
-several workers sharing stderr never interleave), and never later than ``max_delay``
-seconds after a line was logged.
+Why: a ``write`` per admission line made the earlier thread-based workers spend a large
+share of their CPU per admission on the syscall and the GIL hand-offs around it
+(bench/README.md, "Why the server is built the way it is"). This handler collects
+formatted lines and writes them together: whole lines only, at most ``PIPE_BUF`` bytes per
+``write`` (atomic on a pipe, so lines of several workers sharing stderr never interleave),
+and never later than ``max_delay`` seconds after a line was logged.
 
 What that costs: a line reaches the log up to ``max_delay`` late, and a worker killed with
 SIGKILL loses what it had not written (at most ``max_delay`` worth); a graceful stop writes

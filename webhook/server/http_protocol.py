@@ -1,10 +1,9 @@
 """HTTP/1.1 over TLS for one connection, on asyncio, framed by h11: no client can stall it.
 
 Each accepted socket gets an ``HttpConnection`` (an ``asyncio.Protocol``) and one task that
-runs its requests in turn: the TLS handshake (``tls_session``), then per request read the
-head and the body in full, answer (``wsgi_call``), write the answer, and wait for the next
-request. h11 does the framing (RFC 9112: lengths, chunks, pipelining, Expect); this module
-only decides when to read, when to give up and what to hold.
+runs its requests in turn: the TLS handshake (``tls_session``), then per request read it
+whole, answer (``wsgi_call``), write, wait for the next. h11 does the framing (RFC 9112);
+this module only decides when to read, when to give up and what to hold.
 
 What a client can hold, and for how long:
 
@@ -20,10 +19,8 @@ What a client can hold, and for how long:
 - closing sends TLS close_notify and a half-close, and drops what the client still sends
   for at most ``CLOSE_TIMEOUT``.
 
-Small requests (every ordinary admission) are answered in the event loop: the app takes a
-fraction of a millisecond, and a hand-off to a thread and back would cost more. Larger ones,
-whose decoding takes long enough to hold up the loop, go to the worker's thread pool; the
-body is already in memory, so no thread ever waits on a client.
+Small requests (every ordinary admission) are answered in the loop; larger ones go to the
+worker's thread pool with their body in memory, so no thread ever waits on a client.
 """
 
 from __future__ import annotations
@@ -35,11 +32,10 @@ import ssl
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from http import HTTPStatus
 
 import h11
-import orjson
 
+from webhook.server import http_messages as messages
 from webhook.server.connections import STALLED_SECONDS, Connections, Phase
 from webhook.server.tls_session import TlsSession
 from webhook.server.wsgi_call import Answer, Peer, WholeRequest, WsgiApp, call
@@ -290,20 +286,20 @@ class HttpConnection(asyncio.Protocol):
                     await self.more_data()
                 elif isinstance(event, h11.Request):
                     head = event
-                    declared = declared_length(event)
+                    declared = messages.declared_length(event)
                     if declared is not None and declared > max_body:
-                        return whole(head, b"", declared, within_cap=False)
-                    size = max_body if declared is None and chunked(event) else declared or 0
+                        return messages.whole(head, b"", declared, within_cap=False)
+                    size = messages.body_size(event, declared, max_body)
                     if size > SMALL_BODY_BYTES:
                         await self.reserve(size)
                     if self.h11.they_are_waiting_for_100_continue:
                         self.send(h11.InformationalResponse(status_code=100, headers=[]))
                 elif isinstance(event, h11.Data):
                     body += event.data
-                    if len(body) > max_body:
-                        return whole(head, bytes(body[: max_body + 1]), None, within_cap=False)
+                    if len(body) > max_body:  # chunked, past the cap: cut one byte over
+                        return messages.whole(head, bytes(body[: max_body + 1]), None, False)
                 elif isinstance(event, h11.EndOfMessage):
-                    return whole(head, bytes(body), declared)
+                    return messages.whole(head, bytes(body), declared)
                 else:  # ConnectionClosed, or PAUSED: nothing more from this client
                     return None
         except h11.RemoteProtocolError as error:
@@ -314,7 +310,7 @@ class HttpConnection(asyncio.Protocol):
         """A 400 (or h11's better status, 431 for an endless head) for a malformed request."""
         if self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE) or self.lost:
             return
-        answer = json_answer(error.error_status_hint, f"Malformed HTTP request: {error}")
+        answer = messages.json_answer(error.error_status_hint, f"Malformed HTTP request: {error}")
         with contextlib.suppress(h11.LocalProtocolError):
             self.send_answer(answer, keep_alive=False)
 
@@ -336,7 +332,7 @@ class HttpConnection(asyncio.Protocol):
             raise
         except Exception:
             log.exception("the application failed to answer")
-            answer = failure_answer()
+            answer = messages.failure_answer()
         keep_alive = request.body_within_cap and not self.service.stopping
         connections.release(self)
         if self.lost:
@@ -401,43 +397,3 @@ class HttpConnection(asyncio.Protocol):
             transport.close()
         else:
             transport.write_eof()
-
-
-def chunked(request: h11.Request) -> bool:
-    return any(name == b"transfer-encoding" for name, _ in request.headers)
-
-
-def declared_length(request: h11.Request) -> int | None:
-    for name, value in request.headers:
-        if name == b"content-length":
-            return int(value)  # h11 has checked it is one decimal number
-    return None
-
-
-def whole(
-    head: h11.Request | None, body: bytes, declared: int | None, within_cap: bool = True
-) -> WholeRequest:
-    assert head is not None
-    return WholeRequest(
-        method=head.method.decode("ascii"),
-        target=head.target.decode("latin-1"),
-        headers=list(head.headers),
-        body=body,
-        body_within_cap=within_cap,
-        declared_length=declared,
-    )
-
-
-def failure_answer() -> Answer:
-    return json_answer(500, "The server failed to answer the request; see its logs.")
-
-
-def json_answer(status: int, message: str) -> Answer:
-    """An answer the transport makes itself (the application never saw the request)."""
-    body = orjson.dumps({"message": message})
-    try:
-        reason = HTTPStatus(status).phrase.encode("ascii")
-    except ValueError:
-        reason = b""
-    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
-    return Answer(status, headers, body, reason)

@@ -37,10 +37,9 @@ DEFAULT_POLICY_POLL_SECONDS = 2.0
 DEFAULT_KEEPALIVE_SECONDS = 75
 DEFAULT_GRACEFUL_TIMEOUT_SECONDS = 25
 DEFAULT_THREADS = 4
-# Requests up to this size (headers and body) are answered in the worker's event loop, which
-# spares each the hand-off to a thread and back (a quarter of the CPU per admission in
-# bench/admission_bench.py); larger ones, whose decoding takes long enough to hold up the
-# loop, go to a thread. 0 sends every request to a thread.
+# Request bodies up to this size are answered in the worker's event loop, which spares each
+# the hand-off to a thread and back; larger ones, whose decoding takes long enough to hold up
+# the loop, go to a thread. 0 sends every request to a thread.
 DEFAULT_LOOP_ANSWER_MAX_BYTES = 64 * 1024
 
 

@@ -1,9 +1,10 @@
 """The TLS side of the listener: an SSLContext that follows the certificate files on disk.
 
-gunicorn asks its ``ssl_context`` hook for a context on every accepted connection (sync and
-gthread workers call ``sock.ssl_wrap_socket`` per connection). Building one from scratch each
-time would re-read and re-parse the key pair per handshake, so ``ServingCertificate`` keeps
-the last context and rebuilds it only when the files' identity changes. Identity is the
+The worker (``async_worker``) asks for a context for every accepted connection, so a
+certificate replaced on disk reaches the next connection without a restart. Building one
+from scratch each time would re-read and re-parse the key pair per handshake, so
+``ServingCertificate`` keeps the last context and rebuilds it only when the files' identity
+changes. Identity is the
 (device, inode, size, mtime) of what each path resolves to, which changes for all three ways
 a certificate gets replaced: a plain rewrite, an atomic rename, and a Kubernetes Secret
 mount's ``..data`` symlink swap (the path's target becomes a different file).
@@ -99,7 +100,8 @@ def build_server_context(
 class ServingCertificate:
     """The current SSLContext for one cert/key pair, reloaded when the files change.
 
-    Thread-safe: gthread workers wrap sockets from several threads.
+    Thread-safe: the event loop asks for contexts while the readiness check, which may run
+    on a worker thread, reads the status.
     """
 
     def __init__(self, cert_file: Path, key_file: Path, client_ca: Path | None = None) -> None:
@@ -194,9 +196,9 @@ def serving_certificate(
 ) -> ServingCertificate:
     """The process's one ``ServingCertificate`` for this pair.
 
-    gunicorn's ``ssl_context`` hook and the app's readiness check run in the same
-    worker process but are wired up separately; sharing the instance means /readyz reports
-    the certificate the listener actually serves.
+    The worker's listener and the app's readiness check run in the same worker process but
+    are wired up separately; sharing the instance means /readyz reports the certificate the
+    listener actually serves.
     """
     key = (Path(cert_file), Path(key_file), Path(client_ca) if client_ca else None)
     with _registry_lock:
