@@ -20,10 +20,11 @@ The commands of each page run in page order in a scratch directory holding copie
 checkout's policies/, deploy/ and docs/images/ (commands run from the checkout's root, and
 some write there), with `gpushare` being this checkout's command line, as tests/test_cli.py
 runs it (`python -m webhook.cli`). Run here: `gpushare` commands and the file tools of
-LOCAL_TOOLS. Every other command is listed in NOT_RUN with the reason, or in IN_THE_HARNESS
-(kubectl commands that tests/e2e/test_docs_kubectl.py runs against the harness's real
-kube-apiserver with gpushare registered); the `gpushare` commands among them are still parsed
-by the real argument parser. A command the docs show that is neither run nor listed fails
+LOCAL_TOOLS. Every other command is listed in IN_THE_HARNESS (the commands that need a
+cluster, kubectl, Helm and gpushare's own, which tests/e2e/test_docs_kubectl.py runs as
+written against the harness's real kube-apiserver) or, where no cluster here can run it, in
+NOT_RUN with the reason; the `gpushare` commands among them are still parsed by the real
+argument parser. A command the docs show that is neither run nor listed fails
 this test, and so does a listed command no doc shows any more. Inline commands in prose
 (`like this`) are not checked: put a command a reader should run in a block.
 """
@@ -51,7 +52,10 @@ SCRATCH_COPIES = ("policies", "deploy", "docs/images")
 LOCAL_TOOLS = frozenset({"cp", "mkdir", "sed"})
 TIMEOUT_S = 120
 
-_CLUSTER = "needs a cluster"
+_NVIDIA_CHART = (
+    "installs NVIDIA's chart from NVIDIA's Helm repository (the reader's `helm repo add`), "
+    "on the internet: not available offline"
+)
 _BENCH = "a benchmark: minutes of CPU on loopback (docs/performance.md gives its figures)"
 _TORCH = "installs CUDA wheels of PyTorch/JAX (about 5 GB per venv) and needs them"
 NOT_RUN: dict[str, str] = {
@@ -71,32 +75,16 @@ NOT_RUN: dict[str, str] = {
     # docs/deploying.md
     "./scripts/run --host 0.0.0.0": "serves on every address until stopped "
     "(tests/server/test_serve_reachability.py covers --host 0.0.0.0)",
-    "helm install gpushare deploy/helm/gpushare -n gpushare-system --create-namespace": (
-        f"{_CLUSTER}; tests/e2e/test_helm_chart.py installs the chart into the harness"
-    ),
-    "kubectl label namespace gpushare-system gpushare.io/webhook=exclude "
-    "pod-security.kubernetes.io/enforce=restricted": f"{_CLUSTER} with the chart installed",
-    "kubectl apply --server-side -k deploy/overlays/gpushare-certs": (
-        f"{_CLUSTER} running the image; tests/e2e/test_deploy.py applies this overlay"
-    ),
     "kubectl apply --server-side -k deploy/overlays/cert-manager": (
-        f"{_CLUSTER} with cert-manager's CRDs; tests/e2e/test_deploy.py renders it"
-    ),
-    "kubectl apply -f compiled.yaml": (
-        f"{_CLUSTER}; tests/e2e/test_compiled_policies.py applies compiled policies"
+        "needs cert-manager's CRDs (Certificate, Issuer) and its CA injector, which are not "
+        "available offline; tests/e2e/test_deploy.py renders the overlay, dry-runs all but "
+        "those kinds and shows the apiserver refusing them for that reason"
     ),
     "docker build -t gpushare:0.1.0 .": "needs docker and a registry",
     "scripts/image": "builds the image with buildah as root (tests/test_image.py does)",
     "scripts/image --stock": "builds the image with buildah from a registry's base",
     "buildah push gpushare:0.1.0 docker://registry.example.com/gpushare:0.1.0": (
         "pushes to a registry"
-    ),
-    # docs/dra.md
-    "kubectl apply -k deploy/dra-templates": (
-        f"{_CLUSTER} running the image; tests/e2e/test_dra.py runs the reconciler"
-    ),
-    "gpushare dra-templates --apply --kubeconfig ~/.kube/config": (
-        f"{_CLUSTER}; tests/e2e/test_dra.py applies templates to the harness"
     ),
     # docs/frameworks.md
     "python3 -m venv /tmp/venv-torch29 && /tmp/venv-torch29/bin/pip install torch==2.9.0": _TORCH,
@@ -110,29 +98,19 @@ NOT_RUN: dict[str, str] = {
     "GPUSHARE_FRAMEWORK_PYTHONS=torch=/tmp/venv-torch29/bin/python,"
     "torch=/tmp/venv-torch210/bin/python,jax=/tmp/venv-jax/bin/python "
     ".venv/bin/python -m pytest tests/core/test_framework_wheels.py": _TORCH,
-    # docs/monitoring.md
-    "gpushare certs --in-cluster --service gpushare --namespace gpushare-system "
-    "--secret gpushare-tls --webhook-configuration gpushare --renew-before-days 30 "
-    "--kubeconfig ~/.kube/config": (
-        f"{_CLUSTER} holding the chart's Secret and configurations; "
-        "tests/e2e/test_helm_chart.py runs the certgen command against the harness"
-    ),
     # docs/node-side.md
-    "kubectl apply -f dp-configs.yaml": f"{_CLUSTER} with the GPU Operator's namespace",
-    "kubectl label node <node> nvidia.com/device-plugin.config=<pool config name> --overwrite": (
-        f"{_CLUSTER} with GPU nodes; <node> and <pool config name> are the reader's"
-    ),
-    "helm upgrade --install gpushare deploy/helm/gpushare -n gpushare-system "
-    "-f dp-values.yaml": f"{_CLUSTER}; tests/test_helm_render.py renders these values",
     "helm upgrade --install gpu-operator nvidia/gpu-operator -n gpu-operator "
     "--set devicePlugin.config.name=gpushare-device-plugin-configs "
-    "--set devicePlugin.config.default=default": f"{_CLUSTER} and NVIDIA's Helm repository",
+    "--set devicePlugin.config.default=default": _NVIDIA_CHART,
     "kubectl patch clusterpolicies.nvidia.com/cluster-policy --type merge -p "
     '\'{"spec": {"devicePlugin": {"config": {"name": "gpushare-device-plugin-configs", '
-    '"default": "default"}}}}\'': f"{_CLUSTER} running the GPU Operator",
+    '"default": "default"}}}}\'': (
+        "needs the GPU Operator's ClusterPolicy CRD (clusterpolicies.nvidia.com), which only "
+        "installing the operator from NVIDIA's Helm repository brings: not available offline"
+    ),
     "helm upgrade --install nvdp nvdp/nvidia-device-plugin -n nvidia-device-plugin "
     "--set config.name=gpushare-device-plugin-configs --set config.default=default "
-    "--set gfd.enabled=true": f"{_CLUSTER} and NVIDIA's Helm repository",
+    "--set gfd.enabled=true": _NVIDIA_CHART,
     # docs/performance.md
     "git worktree add /tmp/baseline HEAD": "changes the checkout's git state",
     ".venv/bin/python bench/admission_bench.py --baseline /tmp/baseline": (
@@ -144,8 +122,35 @@ NOT_RUN: dict[str, str] = {
     ".venv/bin/python bench/plan_bench.py --rounds 1": _BENCH,
 }
 IN_THE_HARNESS: dict[str, str] = {
-    "kubectl apply -f typo.yaml": "docs/annotations.md: a workload refused at admission",
-    "kubectl apply -f notebook.yaml": "docs/annotations.md: a workload admitted with warnings",
+    # docs/annotations.md
+    "kubectl apply -f typo.yaml": "a workload refused at admission",
+    "kubectl apply -f notebook.yaml": "a workload admitted with warnings",
+    # docs/deploying.md
+    "helm install gpushare deploy/helm/gpushare -n gpushare-system --create-namespace": (
+        "the chart, its certgen hook Jobs run as their pods would"
+    ),
+    "kubectl label namespace gpushare-system gpushare.io/webhook=exclude "
+    "pod-security.kubernetes.io/enforce=restricted": "the chart's namespace labelled",
+    "kubectl apply --server-side -k deploy/overlays/gpushare-certs": (
+        "the overlay, after the page's certs and webhook-config, instead of the chart"
+    ),
+    "kubectl apply -f compiled.yaml": "the compiled policies stored",
+    # docs/dra.md
+    "kubectl apply -k deploy/dra-templates": "the reconciler's manifests, after deploy/base",
+    "gpushare dra-templates --apply --kubeconfig ~/.kube/config": (
+        "one pass: the templates of the page's dra policy applied"
+    ),
+    # docs/monitoring.md
+    "gpushare certs --in-cluster --service gpushare --namespace gpushare-system "
+    "--secret gpushare-tls --webhook-configuration gpushare --renew-before-days 30 "
+    "--kubeconfig ~/.kube/config": "the certgen command by hand, on the chart's Secret",
+    # docs/node-side.md
+    "kubectl apply -f dp-configs.yaml": "the device plugin ConfigMap, in gpu-operator",
+    "kubectl label node <node> nvidia.com/device-plugin.config=<pool config name> --overwrite": (
+        "a GPU node given a pool's config (<node>, <pool config name>: a fake node, a pool)"
+    ),
+    "helm upgrade --install gpushare deploy/helm/gpushare -n gpushare-system "
+    "-f dp-values.yaml": "the same ConfigMap from the chart",
 }
 
 
