@@ -347,16 +347,16 @@ class HttpConnection(asyncio.Protocol):
         return keep_alive and self.h11.our_state is h11.DONE
 
     def send_answer(self, answer: Answer, keep_alive: bool) -> None:
+        """The whole answer in one write: one TLS record and one send, not one per part."""
         headers = [(name, value) for name, value in answer.headers if name.lower() != "connection"]
         if not keep_alive:
             headers.append(("Connection", "close"))
-        self.send(h11.Response(status_code=answer.status, headers=headers, reason=answer.reason))
-        if answer.body:
-            self.send(h11.Data(data=answer.body))
-        self.send(h11.EndOfMessage())
+        head = h11.Response(status_code=answer.status, headers=headers, reason=answer.reason)
+        body = [h11.Data(data=answer.body)] if answer.body else []
+        self.send(head, *body, h11.EndOfMessage())
 
-    def send(self, event: h11.Event) -> None:
-        data = self.h11.send(event)
+    def send(self, *events: h11.Event) -> None:
+        data = b"".join(self.h11.send(event) or b"" for event in events)
         if data and self.transport is not None and not self.lost:
             self.transport.write(self.tls.send(data) if self.tls is not None else data)
 
