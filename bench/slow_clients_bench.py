@@ -5,10 +5,12 @@ alternating rounds, a steady client doing POST /mutate and GET /healthz on fresh
 connections: once on a quiet server and once while ``--held`` connections per kind (bare
 TCP connects, ClientHellos cut short, TLS connections that send nothing, headers cut short,
 bodies cut short) stay open, renewed as the server drops them. ``--worker gthread`` runs
-gunicorn's stock threaded worker instead, for the comparison docs/reliability.md reports.
+gunicorn's stock threaded worker instead, and ``--worker gevent`` its gevent worker (needs
+``pip install gevent``), for the comparison bench/README.md reports.
 
     .venv/bin/python bench/slow_clients_bench.py                  # ~1 minute
     .venv/bin/python bench/slow_clients_bench.py --worker gthread
+    .venv/bin/python bench/slow_clients_bench.py --worker gevent
 """
 
 from __future__ import annotations
@@ -164,9 +166,7 @@ def measure(port: int, context: ssl.SSLContext, bodies: list[bytes], seconds: fl
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument(
-        "--worker", choices=("read-ahead", "gthread", "gevent"), default="read-ahead"
-    )
+    parser.add_argument("--worker", choices=("shipped", "gthread", "gevent"), default="shipped")
     parser.add_argument("--held", type=int, default=64, help="connections held per kind")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=6.0, help="per measurement")
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("GPUSHARE_")}
     environ.update(settings.to_environ(), PYTHONPATH=str(REPO), MALLOC_ARENA_MAX="2")
     command = [sys.executable, "-m", "gunicorn", "--config", GUNICORN_CONFIG]
-    if args.worker != "read-ahead":
+    if args.worker != "shipped":
         command += ["--worker-class", args.worker]
     log = (work / "server.log").open("wb")
     server = subprocess.Popen(
