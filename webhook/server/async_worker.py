@@ -25,7 +25,8 @@ from typing import Any
 from gunicorn.workers.base import Worker
 
 from webhook.server.connections import Connections, Phase
-from webhook.server.http_protocol import HttpConnection, Limits, Service
+from webhook.server.http_protocol import HttpConnection
+from webhook.server.serving import Limits, Service
 from webhook.server.settings import ServeSettings
 from webhook.server.tls import serving_certificate
 

@@ -15,7 +15,9 @@ whole, whatever its clients do:
   longest silent first. Reserving whole bodies up front means uploads that are all half
   done can never wait on each other, and a client that sends its review at once, as the
   apiserver does, is never closed for it: it waits a moment at worst. One request may
-  always proceed when nothing is reserved.
+  always proceed when nothing is reserved;
+- at most ``max_loose_bytes`` held outside reservations (input not yet framed, heads, small
+  bodies): past it, the readers that have held them longest are closed.
 
 Phases are ordered dicts: insertion order is the order in which connections entered the
 phase, so the oldest is the first key.
@@ -51,11 +53,16 @@ class Evictable(Protocol):
 
 
 class Connections:
-    def __init__(self, max_connections: int, max_buffered_bytes: int) -> None:
+    def __init__(
+        self, max_connections: int, max_buffered_bytes: int, max_loose_bytes: int = 16 << 20
+    ) -> None:
         self.max_connections = max_connections
         self.max_buffered_bytes = max_buffered_bytes
         self.phases: dict[Phase, dict[Evictable, None]] = {phase: {} for phase in Phase}
         self.phase_of: dict[Evictable, Phase] = {}
+        self.max_loose_bytes = max_loose_bytes
+        self.loose: dict[Evictable, int] = {}
+        self.loose_bytes = 0
         self.reserved: dict[Evictable, int] = {}
         self.reserved_bytes = 0
         self.last_data: dict[Evictable, float] = {}
@@ -85,9 +92,27 @@ class Connections:
         self.phase_of[connection] = phase
         self.phases[phase][connection] = None
 
-    def heard_from(self, connection: Evictable) -> None:
+    def heard_from(self, connection: Evictable, loose: int) -> None:
+        """Bytes arrived for ``connection``, which now holds ``loose`` bytes outside any
+        reservation."""
         if connection in self.reserved:
             self.last_data[connection] = time.monotonic()
+        self.hold_loose(connection, loose)
+
+    def hold_loose(self, connection: Evictable, size: int) -> None:
+        """``connection`` holds ``size`` bytes outside a reservation (unframed input, a small
+        body); past ``max_loose_bytes`` in all, the oldest readers holding some are closed."""
+        if connection not in self.phase_of:
+            return
+        self.loose_bytes += size - self.loose.get(connection, 0)
+        self.loose[connection] = size
+        if self.loose_bytes <= self.max_loose_bytes:
+            return
+        for victim in list(self.phases[Phase.READING]):
+            if self.loose_bytes <= self.max_loose_bytes:
+                return
+            if victim is not connection and self.loose.get(victim):
+                self.evict_one(victim, "buffered bytes")
 
     def reserve(self, connection: Evictable, size: int) -> bool:
         """Reserve ``size`` body bytes for ``connection``'s request; False when it must wait
@@ -133,9 +158,15 @@ class Connections:
             for c in self.phases[Phase.READING]
             if c in self.reserved and self.last_data.get(c, 0.0) <= cutoff
         )
+        # Choose first, then close: closing one grants its room to waiters at once.
+        needed = self.reserved_bytes + size - self.max_buffered_bytes
+        victims = []
         for _, _, victim in stalled:
-            if self.fits(size):
+            if needed <= 0:
                 break
+            victims.append(victim)
+            needed -= self.reserved.get(victim, 0)
+        for victim in victims:
             self.evict_one(victim, "stalled upload")
         return self.fits(size)
 
@@ -150,6 +181,7 @@ class Connections:
         if phase is not None:
             del self.phases[phase][connection]
         self.waiting.pop(connection, None)
+        self.loose_bytes -= self.loose.pop(connection, 0)
         self.release(connection)
 
     def oldest(self, phase: Phase) -> Evictable | None:

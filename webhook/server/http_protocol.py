@@ -29,16 +29,14 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Callable
-from concurrent.futures import Executor
-from dataclasses import dataclass, field
 
 import h11
 
 from webhook.server import http_messages as messages
-from webhook.server.connections import STALLED_SECONDS, Connections, Phase
+from webhook.server.connections import STALLED_SECONDS, Phase
+from webhook.server.serving import Service
 from webhook.server.tls_session import TlsSession
-from webhook.server.wsgi_call import Answer, Peer, WholeRequest, WsgiApp, call
+from webhook.server.wsgi_call import Answer, Peer, WholeRequest, call
 
 log = logging.getLogger("gpushare.server.http")
 
@@ -52,28 +50,6 @@ SMALL_BODY_BYTES = 64 * 1024
 CLOSE_TIMEOUT = 2.0
 
 
-@dataclass(frozen=True)
-class Limits:
-    read_timeout: float
-    keepalive: float
-    max_body_bytes: int
-    loop_answer_max_bytes: int
-
-
-@dataclass
-class Service:
-    """What a worker's connections share."""
-
-    app: WsgiApp
-    limits: Limits
-    connections: Connections
-    executor: Executor
-    # A context per new connection: the serving certificate as it is on disk now.
-    tls_context: Callable[[], ssl.SSLContext] | None
-    stopping: bool = False
-    live: set[HttpConnection] = field(default_factory=set)
-
-
 class HttpConnection(asyncio.Protocol):
     def __init__(self, service: Service) -> None:
         self.service = service
@@ -81,6 +57,7 @@ class HttpConnection(asyncio.Protocol):
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         self.inbox = bytearray()
         self.room: asyncio.Future[None] | None = None
+        self.small_body = 0  # bytes of a body read without a reservation
         self.eof = False
         self.paused = False
         self.lost = False
@@ -115,7 +92,7 @@ class HttpConnection(asyncio.Protocol):
             connections.enter(self, Phase.READING)
             self.expire_in(self.service.limits.read_timeout)
         self.inbox += data
-        connections.heard_from(self)
+        connections.heard_from(self, len(self.inbox) + self.small_body)
         if len(self.inbox) > INBOX_PAUSE_BYTES:
             self.pause()
         self.wake()
@@ -264,6 +241,7 @@ class HttpConnection(asyncio.Protocol):
         if self.inbox:
             self.h11.receive_data(bytes(self.inbox))
             self.inbox.clear()
+            self.service.connections.hold_loose(self, self.small_body)
             if self.room is None:
                 self.resume()
         if self.eof and self.h11.their_state is not h11.CLOSED:
@@ -276,6 +254,7 @@ class HttpConnection(asyncio.Protocol):
         max_body = self.service.limits.max_body_bytes
         head: h11.Request | None = None
         declared: int | None = None
+        size = 0
         body = bytearray()
         try:
             while True:
@@ -296,6 +275,9 @@ class HttpConnection(asyncio.Protocol):
                         self.send(h11.InformationalResponse(status_code=100, headers=[]))
                 elif isinstance(event, h11.Data):
                     body += event.data
+                    if size <= SMALL_BODY_BYTES:
+                        self.small_body = len(body)
+                        self.service.connections.hold_loose(self, self.small_body)
                     if len(body) > max_body:  # chunked, past the cap: cut one byte over
                         return messages.whole(head, bytes(body[: max_body + 1]), None, False)
                 elif isinstance(event, h11.EndOfMessage):
@@ -335,6 +317,8 @@ class HttpConnection(asyncio.Protocol):
             answer = messages.failure_answer()
         keep_alive = request.body_within_cap and not self.service.stopping
         connections.release(self)
+        self.small_body = 0
+        connections.hold_loose(self, len(self.inbox))
         if self.lost:
             return False
         self.send_answer(answer, keep_alive)
