@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from harness.cli import gpushare
-from harness.helm import CHART, HelmBuildError, helm_binary, run_helm, template_args
+from harness.helm import CHART, run_helm, template_args
 from webhook.install.certs import certificate_pem, create_ca
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,15 +33,6 @@ WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration
 # The suite's 300 s bound each test's body only: a cold Helm build in the fixture takes
 # minutes (scripts/test builds it beforehand; the build has its own deadline).
 pytestmark = pytest.mark.timeout(300, func_only=True)
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    """The Helm binary; a failed build fails the tests (never skipped: Go is required)."""
-    try:
-        return helm_binary()
-    except HelmBuildError as error:
-        pytest.fail(str(error), pytrace=False)
 
 
 @pytest.fixture(scope="module")

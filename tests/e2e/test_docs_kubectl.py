@@ -50,7 +50,6 @@ from kubernetes.client.exceptions import ApiException
 from harness.api import as_json, ensure_namespace
 from harness.cli import clean_environment
 from harness.controlplane import ControlPlane
-from harness.helm import HelmBuildError, helm_binary
 from harness.processes import wait_for
 from harness.registration import GpushareWebhook
 from tests.test_docs_commands import (
@@ -605,14 +604,6 @@ STEPS: dict[str, Step] = {
     LABEL_NODE: Step(before=a_gpu_node, placeholders=node_and_pool_config, check=node_labelled),
     HELM_DP_VALUES: Step(before=the_chart_instead, check=chart_renders_the_dp_configs),
 }
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    try:
-        return helm_binary()
-    except HelmBuildError as error:
-        pytest.fail(str(error), pytrace=False)
 
 
 @pytest.fixture(scope="module")

@@ -47,7 +47,7 @@ from kubernetes.client.exceptions import ApiException
 from harness.api import create_pod, status_message
 from harness.cli import clean_environment
 from harness.controlplane import ControlPlane
-from harness.helm import CHART, HelmBuildError, helm_binary, run_helm, template_args
+from harness.helm import CHART, run_helm, template_args
 from harness.processes import free_ports
 from harness.webhookserver import GPUSHARE, WebhookServer
 from webhook.constants import APPLIED_ANNOTATION, FRACTION_ANNOTATION
@@ -76,14 +76,6 @@ def machine_ipv4() -> str:
     if address.startswith("127."):
         pytest.skip("this machine has no non-loopback IPv4 address for an endpoint")
     return address
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    try:
-        return helm_binary()
-    except HelmBuildError as error:
-        pytest.fail(str(error), pytrace=False)
 
 
 @pytest.fixture(scope="module")

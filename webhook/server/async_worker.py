@@ -18,9 +18,10 @@ import asyncio
 import os
 import signal
 import socket
+import ssl
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from gunicorn.workers.base import Worker
 
@@ -86,7 +87,7 @@ class AsyncioWorker(Worker):  # type: ignore[misc]
             connection.evict("worker stopped")
         service.executor.shutdown(wait=False, cancel_futures=True)
 
-    def tls_contexts(self, settings: ServeSettings) -> Any:
+    def tls_contexts(self, settings: ServeSettings) -> Callable[[], ssl.SSLContext]:
         certificate = serving_certificate(
             Path(self.cfg.certfile), Path(self.cfg.keyfile), settings.client_ca
         )

@@ -67,13 +67,9 @@ class Connections:
         self.reserved_bytes = 0
         self.last_data: dict[Evictable, float] = {}
         self.waiting: dict[Evictable, int] = {}
-        self.evictions: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self.phase_of)
-
-    def count(self, phase: Phase) -> int:
-        return len(self.phases[phase])
 
     def admit(self, connection: Evictable) -> None:
         """Register a new connection as reading, making room at the cap first."""
@@ -199,6 +195,5 @@ class Connections:
         return False
 
     def evict_one(self, victim: Evictable, reason: str) -> None:
-        self.evictions[reason] = self.evictions.get(reason, 0) + 1
         self.forget(victim)
         victim.evict(reason)

@@ -125,8 +125,7 @@ class HttpConnection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def room_granted(self) -> None:
-        if self.room is not None and not self.room.done():
-            self.room.set_result(None)
+        settle(self.room)
 
     async def reserve(self, size: int) -> None:
         """Hold ``size`` bytes of the worker's body budget before reading the body."""
@@ -166,12 +165,10 @@ class HttpConnection(asyncio.Protocol):
         if self.deadline is not None:
             self.deadline.cancel()
         self.wake()
-        if self.drained is not None and not self.drained.done():
-            self.drained.set_result(None)
+        settle(self.drained)
 
     def resume_writing(self) -> None:
-        if self.drained is not None and not self.drained.done():
-            self.drained.set_result(None)
+        settle(self.drained)
 
     # -- bounds ----------------------------------------------------------------------------
 
@@ -229,8 +226,7 @@ class HttpConnection(asyncio.Protocol):
         )
 
     def wake(self) -> None:
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
+        settle(self.waiter)
 
     async def more_data(self) -> None:
         self.waiter = self.loop.create_future()
@@ -381,3 +377,9 @@ class HttpConnection(asyncio.Protocol):
             transport.close()
         else:
             transport.write_eof()
+
+
+def settle(future: asyncio.Future[None] | None) -> None:
+    """Wake whoever awaits ``future``, if anyone still does."""
+    if future is not None and not future.done():
+        future.set_result(None)

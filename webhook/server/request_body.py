@@ -16,8 +16,8 @@ class UnreadableBodyError(Exception):
 
 
 def _read(stream: IO[bytes], size: int) -> bytes:
-    # Whatever the WSGI server's stream raises (gunicorn: InvalidChunkSize,
-    # ChunkMissingTerminator, NoMoreData...) is about the request, not about us.
+    # Whatever the WSGI server's stream raises (a malformed chunk, a client gone mid-body)
+    # is about the request, not about us.
     try:
         return stream.read(size)
     except Exception as error:
@@ -28,7 +28,7 @@ def read_body(environ: dict[str, Any], max_body_bytes: int) -> bytes | None:
     """The body of the WSGI request, or None when it is (or declares to be) too large.
 
     Without a length and without a server that ends chunked input
-    (``wsgi.input_terminated``, which gunicorn sets) the body is taken as empty, since
+    (``wsgi.input_terminated``, which ``wsgi_call`` sets) the body is taken as empty, since
     reading could block forever.
     """
     stream = environ["wsgi.input"]
@@ -64,9 +64,8 @@ def read_exactly(stream: IO[bytes], length: int) -> bytes:
     """``length`` bytes, or fewer if the stream ends first.
 
     Never asks for more than ``length``: PEP 3333 lets a server block on a read past
-    Content-Length. Asks for all that is left at once: the worker has usually buffered the
-    whole body already, and gunicorn copies its buffer on every read, so reading in small
-    pieces would copy a large body many times over.
+    Content-Length. Asks for all that is left at once: the worker hands over the whole body
+    in memory, and one read of it all is one copy, where small pieces would be many.
     """
     chunks: list[bytes] = []
     remaining = length
