@@ -16,8 +16,11 @@ import yaml
 
 from tests.core.support import run_cli
 from webhook import cli
-from webhook.core import WORKLOAD_KINDS, load_policies, mutate, mutated_pod, pod_template
+from webhook.core import builtin_kinds, load_policies, mutate, mutated_pod, pod_template
 from webhook.core.workloads import controller_pod
+
+# Kubernetes' own kinds (one template each, at one path).
+KUBERNETES_KINDS = tuple(k for k in builtin_kinds() if k.group in {"", "apps", "batch"})
 
 POLICIES = Path(__file__).resolve().parent / "workload_corpus" / "policies.yaml"
 
@@ -175,7 +178,7 @@ def test_the_json_report_says_everything_ci_needs(tmp_path: Path) -> None:
     assert good["warnings"] and good["reasons"] == []
     assert (
         service["verdict"] == "untouched"
-        and service["untouched"] == "a Service has no pod template"
+        and service["untouched"] == "a Service has no pod template gpushare knows of"
     )
     assert service["result"] == SERVICE and service["namespace"] is None
     assert bad["verdict"] == "denied" and bad["result"] is None and bad["patch"] == []
@@ -194,12 +197,18 @@ def test_patch_output_for_one_workload_is_a_patch_of_the_workload(tmp_path: Path
     assert patched["spec"]["template"] == expected_template(document)
 
 
-def test_patch_output_wants_exactly_one_document(tmp_path: Path) -> None:
-    code, out, err = mutate_cli("-f", write(tmp_path / "two.yaml", pod(), SERVICE), "-o", "patch")
+def test_patch_output_wants_exactly_one_document_with_a_pod(tmp_path: Path) -> None:
+    # A Service beside the one pod: the pod's patch.
+    code, out, _ = mutate_cli("-f", write(tmp_path / "two.yaml", pod(), SERVICE), "-o", "patch")
+    assert code == 0
+    assert json.loads(out) == mutate(pod(), "default", load_policies(POLICIES)).patch
+    path = write(tmp_path / "pods.yaml", pod(), SERVICE, pod("q"))
+    code, out, err = mutate_cli("-f", path, "-o", "patch")
     assert (code, out) == (2, "")
     assert err == [
-        "-o patch prints one JSON Patch, but the input holds 2 documents: pass one, or use "
-        "-o json (a report with each document's patch)."
+        f"-o patch prints one JSON Patch, but the input holds 2 documents with a pod: "
+        f"Pod/default/p ({path}:1), Pod/default/q ({path}:18): pass one of them, or use -o "
+        "json (a report with each document's patch)."
     ]
 
 
@@ -217,13 +226,13 @@ def test_namespace_flag_applies_to_every_document(tmp_path: Path) -> None:
     [
         (
             pod("p", 0.5),  # type: ignore[arg-type]
-            "{path}:1: Pod/default/p: metadata.annotations.gpu-fraction is the number 0.5, "
+            "{path}:6: Pod/default/p: metadata.annotations.gpu-fraction is the number 0.5, "
             "which the apiserver refuses (annotation values are strings): quote it, "
             'gpu-fraction: "0.5"',
         ),
         (
             deployment("d", 1),
-            "{path}:1: Deployment/research/d: spec.template.metadata.annotations.gpu-fraction "
+            "{path}:15: Deployment/research/d: spec.template.metadata.annotations.gpu-fraction "
             "is the number 1, which the apiserver refuses (annotation values are strings): "
             'quote it, gpu-fraction: "1"',
         ),
@@ -290,7 +299,10 @@ def test_explain_names_each_document_and_exits_3_when_any_is_denied(tmp_path: Pa
         f"Deployment/research/train ({path}:{starts[1]})",
         f"Deployment/research/bad ({path}:{starts[2]})",
     ]
-    assert blocks[0].splitlines()[1] == "decision: untouched (a Service has no pod template)"
+    assert (
+        blocks[0].splitlines()[1]
+        == "decision: untouched (a Service has no pod template gpushare knows of)"
+    )
     train = blocks[1].splitlines()
     assert train[1:4] == [
         "namespace: research",
@@ -319,7 +331,7 @@ def test_explain_json_report_carries_the_explanation(tmp_path: Path) -> None:
 def test_every_workload_kind_is_read(tmp_path: Path) -> None:
     """Each kind with a pod template, written as its template path says."""
     docs = []
-    for kind in WORKLOAD_KINDS:
+    for kind in KUBERNETES_KINDS:
         inner: Any = deployment()["spec"]["template"]
         for key in reversed(kind.path):
             inner = {key: inner}
@@ -330,9 +342,9 @@ def test_every_workload_kind_is_read(tmp_path: Path) -> None:
     _, out, _ = mutate_cli("-f", write(tmp_path / "all.yaml", *docs), "-o", "json")
     entries = json.loads(out)["documents"]
     assert [(e["kind"], e["template"], e["verdict"]) for e in entries] == [
-        (k.kind, k.where, "allowed") for k in WORKLOAD_KINDS
+        (k.kind, k.where, "allowed") for k in KUBERNETES_KINDS
     ]
-    for kind, entry in zip(WORKLOAD_KINDS, entries, strict=True):
+    for kind, entry in zip(KUBERNETES_KINDS, entries, strict=True):
         template = pod_template(entry["result"], kind)
         assert template["spec"]["containers"][0]["resources"]["limits"] == {
             "nvidia.com/gpu.shared": "1"

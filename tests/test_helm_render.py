@@ -18,7 +18,10 @@ import yaml
 
 from harness.cli import gpushare
 from harness.helm import CHART, run_helm, template_args
+from webhook.core import builtin_kinds
 from webhook.install.certs import certificate_pem, create_ca
+from webhook.install.template_webhooks import template_webhooks
+from webhook.install.webhook_config import WORKLOAD_OPERATIONS
 
 REPO = Path(__file__).resolve().parents[1]
 VALUES = REPO / "tests/helm_values"
@@ -401,6 +404,31 @@ def test_helm_reports_its_version(helm: Path, helm_home: Path) -> None:
     go_mod = (REPO / "harness/tools/helm/go.mod").read_text()
     assert result.stdout.strip() in go_mod, (result.stdout, "the -X version ldflag")
     assert isinstance(result, subprocess.CompletedProcess)
+
+
+# -- the workload-template webhooks: generated from the core's table of kinds -----------------
+
+WORKLOAD_WEBHOOKS_FILE = CHART / "files/workload-webhooks.yaml"
+WORKLOAD_WEBHOOKS_HEADER = """\
+# The workload-template webhooks of the ValidatingWebhookConfiguration, one per match
+# condition, from the core's table of workload kinds (webhook/core/workload_kinds.yaml), for
+# templates/webhookconfigurations.yaml. Generated: after changing the table, run
+#   GPUSHARE_REGENERATE=1 .venv/bin/python -m pytest tests/test_helm_render.py -k workload_webhooks
+"""
+
+
+def test_the_workload_webhooks_are_the_generators() -> None:
+    webhooks = [
+        {"name": w.name, "rules": w.rules(WORKLOAD_OPERATIONS), "expression": w.expression}
+        for w in template_webhooks(builtin_kinds())
+    ]
+    expected = WORKLOAD_WEBHOOKS_HEADER + yaml.safe_dump(webhooks, sort_keys=False, width=1000)
+    if os.environ.get("GPUSHARE_REGENERATE") == "1":
+        WORKLOAD_WEBHOOKS_FILE.write_text(expected)
+    assert WORKLOAD_WEBHOOKS_FILE.read_text() == expected, (
+        "files/workload-webhooks.yaml is stale: "
+        + WORKLOAD_WEBHOOKS_HEADER.splitlines()[-1].lstrip("# ")
+    )
 
 
 # -- the safety net: compiled from the policies by the generator ------------------------------

@@ -19,6 +19,60 @@ DEVICES_ANNOTATION = "gpu-fraction-num-devices"
 # send only pods carrying one of these.
 REQUEST_ANNOTATIONS: tuple[str, ...] = (FRACTION_ANNOTATION, MEMORY_ANNOTATION)
 
+# -- Which container gets the GPU without CONTAINER_ANNOTATION (docs/annotations.md) ----------
+# 1. the first container with one of these names: the name a controller gives (or requires
+#    of) the container running the user's GPU code. Name -> whose it is.
+GPU_CONTAINER_NAMES: dict[str, str] = {
+    # argoproj/argo-workflows workflow/common/common.go MainContainerName: a step's own
+    # container, beside the executor's "wait" container.
+    "main": "Argo Workflows' main container",
+    # kserve/kserve pkg/constants/constants.go InferenceServiceContainerName.
+    "kserve-container": "KServe's predictor container",
+    # kubeflow/training-operator v1.9 pkg/apis/kubeflow.org/v1/*_types.go
+    # <Kind>DefaultContainerName: the container the operator reads and sets env in
+    # (PyTorchJob requires it: pytorch_validation.go).
+    "pytorch": "PyTorchJob's default container",
+    "tensorflow": "TFJob's default container",
+    "xgboost": "XGBoostJob's default container",
+    "paddle": "PaddleJob's default container",
+    "jax": "JAXJob's default container",
+    # kubeflow/trainer pkg/constants/constants.go Node: the trainer node's Job and container.
+    "node": "Kubeflow Trainer's node container",
+    # ray-project/kuberay ray-operator/controllers/ray/common/pod.go RayHeadContainer, and
+    # the worker groups' name in KubeRay's samples (KubeRay itself reads container 0).
+    "ray-head": "KubeRay's head container",
+    "ray-worker": "KubeRay's worker container",
+}
+# 2. else the first container whose name is none of these: containers that injectors,
+#    operators or conventions add beside the user's code, and that never use the GPU.
+HELPER_CONTAINER_NAMES: dict[str, str] = {
+    # argoproj/argo-workflows workflow/common/common.go WaitContainerName (the executor).
+    "wait": "Argo Workflows' wait container",
+    # istio/istio pkg/kube/inject/inject.go ProxyContainerName (first where the proxy must
+    # start before the app: holdApplicationUntilProxyStarts).
+    "istio-proxy": "Istio's sidecar",
+    # knative/serving pkg/reconciler/revision/resources/constants.go QueueContainerName;
+    # kserve/kserve pkg/constants/constants.go QueueProxyContainerName.
+    "queue-proxy": "Knative's queue proxy",
+    # kserve/kserve pkg/constants/constants.go AgentContainerName (logger, batcher).
+    "agent": "KServe's agent",
+    # linkerd/linkerd2 pkg/k8s/labels.go ProxyContainerName.
+    "linkerd-proxy": "Linkerd's proxy",
+    # hashicorp/vault-k8s agent-inject/agent/container_sidecar.go: the injected sidecar.
+    "vault-agent": "Vault's agent",
+    # GoogleCloudPlatform/cloud-sql-proxy examples/k8s-sidecar: the sidecar's name there.
+    "cloud-sql-proxy": "Cloud SQL Auth Proxy",
+    # brancz/kube-rbac-proxy, as kubebuilder's scaffold (config/default) names its sidecar.
+    "kube-rbac-proxy": "kube-rbac-proxy",
+    # oauth2-proxy/oauth2-proxy: the usual sidecar name (no injector fixes it).
+    "oauth2-proxy": "oauth2-proxy",
+    # ray-project/kuberay ray-operator/controllers/ray/common/pod.go AutoscalerContainerName.
+    "autoscaler": "KubeRay's autoscaler sidecar",
+    # Log shippers' usual sidecar names (their projects' and charts' names).
+    "fluent-bit": "a Fluent Bit log shipper",
+    "fluentd": "a Fluentd log shipper",
+}
+
 # -- What gpushare writes -------------------------------------------------------------------
 API_GROUP = "gpushare.io"
 ANNOTATION_PREFIX = f"{API_GROUP}/"
@@ -35,6 +89,12 @@ MPS_READY_LABEL = f"{API_GROUP}/mps-ready"
 # The kubelet marks the API copy of a static pod with this annotation; admission cannot
 # change such mirror pods (the kubelet recreates them from the file), so they are skipped.
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+# The pods of a LeaderWorkerSet group carry the group's size (its pods, leader included):
+# sigs.k8s.io/lws api/leaderworkerset/v1/leaderworkerset_types.go SizeAnnotationKey, set on
+# the leader and worker pod templates (pkg/controllers/leaderworkerset_controller.go,
+# pod_controller.go) and read by the LWS pod webhook into LWS_GROUP_SIZE.
+LWS_SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"
+LWS_GROUP_SIZE_VAR = "LWS_GROUP_SIZE"
 # The control plane's own namespace: never touched, whatever the policies say.
 ALWAYS_EXCLUDED_NAMESPACES: tuple[str, ...] = ("kube-system",)
 # Namespaces excluded when the policies' GpuSharingSettings document names none; the one
@@ -60,6 +120,13 @@ GFD_STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
 # appended where the sharing config keeps the resource name).
 GFD_MEMORY_LABEL = "nvidia.com/gpu.memory"
 GFD_PRODUCT_LABEL = "nvidia.com/gpu.product"
+# GKE's node label naming the GPU model of a node pool ("nvidia-l4", "nvidia-tesla-t4"...),
+# the nodeSelector GKE's "Deploy GPU workloads in Autopilot" and "Run GPUs in Standard node
+# pools" pages use.
+GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+# Node labels whose value names a GPU model: a value a pool declares gpuMemory for tells the
+# memory of a pod's GPU where the pod selects that value.
+GPU_MODEL_LABELS: tuple[str, ...] = (GFD_PRODUCT_LABEL, GKE_ACCELERATOR_LABEL)
 # The GPU Operator's config-manager picks a named device-plugin config by this node label.
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 

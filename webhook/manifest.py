@@ -4,8 +4,9 @@ What people keep in git: multi-document YAML, JSON, folders of both. ``read_mani
 turns ``-f`` arguments into ``Document``s in a stable order (arguments in the order given;
 a directory's files sorted by name; ``recursive`` descends into subdirectories, sorted too,
 never into hidden ones or through links to directories) and keeps each document's file,
-position and line, so every verdict and error can say where it came from. A v1 ``List``
-(``kubectl get -o yaml``) counts as its items.
+position and line, so every verdict and error can say where it came from; ``key_lines``
+finds the line of a key within a document (reading that document again, on demand). A v1
+``List`` (``kubectl get -o yaml``) counts as its items.
 
 Reading is bounded, since a manifest may come from anywhere in a CI pipeline: files over
 8 MiB, more than 10,000 documents, nesting deeper than 100 levels, YAML aliases that expand
@@ -20,7 +21,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,18 @@ MAX_EXPANDED_NODES = 1_000_000
 
 
 @dataclass(frozen=True)
+class Origin:
+    """The text a document was read from and where in it the document begins: what
+    ``key_lines`` reads again to say on which line a key is written."""
+
+    text: str  # the whole file's (shared by its documents, not copied)
+    start: int  # the offset of the line the document begins on
+    end: int  # the offset where it ends
+    line: int  # the line it begins on, from 1
+    json: bool = False
+
+
+@dataclass(frozen=True)
 class Document:
     """One document of a manifest: where it came from and what it holds."""
 
@@ -50,6 +63,7 @@ class Document:
     line: int  # the line it starts on, from 1
     content: Any
     item: int | None = None  # its position in the items of a v1 List document
+    origin: Origin | None = field(default=None, repr=False, compare=False)
 
 
 def list_items(document: Document) -> list[Document]:
@@ -64,7 +78,7 @@ def list_items(document: Document) -> list[Document]:
     ):
         return [document]
     return [
-        Document(document.source, document.index, document.line, item, number)
+        Document(document.source, document.index, document.line, item, number, document.origin)
         for number, item in enumerate(content["items"])
     ]
 
@@ -178,7 +192,9 @@ def _yaml_documents(name: str, text: str) -> Iterator[Document]:
             content = loader.construct_document(node)
             if content is None:
                 continue
-            yield Document(name, index, node.start_mark.line + 1, content)
+            mark = node.start_mark
+            origin = Origin(text, mark.index - mark.column, node.end_mark.index, mark.line + 1)
+            yield Document(name, index, mark.line + 1, content, origin=origin)
             index += 1
     except yaml.MarkedYAMLError as error:
         problem = error.problem or error.context or "is not valid YAML"
@@ -232,7 +248,8 @@ def _json_document(name: str, text: str) -> Document:
     if _depth(content) > MAX_DEPTH:
         raise ManifestError(f"{name}: nests deeper than {MAX_DEPTH} levels")
     start = len(text) - len(text.lstrip())
-    return Document(name, 0, text.count("\n", 0, start) + 1, content)
+    origin = Origin(text, 0, len(text), 1, json=True)
+    return Document(name, 0, text.count("\n", 0, start) + 1, content, origin=origin)
 
 
 def parse_documents(name: str, text: str) -> list[Document]:
@@ -249,6 +266,52 @@ def parse_documents(name: str, text: str) -> list[Document]:
         if len(documents) > MAX_DOCUMENTS:
             raise ManifestError(f"{name}: holds more than {MAX_DOCUMENTS:,} documents")
     return documents
+
+
+def key_lines(document: Document, paths: Sequence[Sequence[object]]) -> list[int]:
+    """The line (from 1) each path's last mapping key or sequence item is written on (a
+    path from the document's root; a List item's from the item), or its nearest written
+    parent's; the document's line where its text cannot be read again (one built by hand).
+
+    The document is composed again from its ``Origin``, once for all the paths: reading
+    keeps nothing per key, so only a document found wanting costs the extra reading.
+    """
+    origin = document.origin
+    if origin is None or not paths:
+        return [document.line for _ in paths]
+    text = origin.text[origin.start : origin.end]  # this document alone: a copy of its own
+    loader: ManifestLoader | None = None
+    try:
+        # Whitespace is all a tab may be in JSON outside strings; YAML wants spaces.
+        loader = ManifestLoader(text.replace("\t", " ") if origin.json else text)
+        root = loader.get_node() if loader.check_node() else None
+        prefix = () if document.item is None else ("items", document.item)
+        if root is None:
+            return [document.line for _ in paths]
+        return [origin.line + _line_at(root, (*prefix, *path)) for path in paths]
+    except (yaml.YAMLError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return [document.line for _ in paths]  # read once already; never worse than before
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _line_at(node: Node, path: Sequence[object]) -> int:
+    """The line (from 0) of ``path``'s last key or item found below ``node``."""
+    line: int = node.start_mark.line
+    for part in path:
+        child: Node | None = None
+        if isinstance(node, MappingNode):
+            for key, value in node.value:  # no key twice: refused when read
+                if isinstance(key, ScalarNode) and key.value == str(part):
+                    child, line = value, key.start_mark.line
+        elif isinstance(node, SequenceNode) and isinstance(part, int):
+            child = node.value[part] if 0 <= part < len(node.value) else None
+            line = line if child is None else child.start_mark.line
+        if child is None:
+            break
+        node = child
+    return line
 
 
 def _read_text(source: str) -> tuple[str, str]:

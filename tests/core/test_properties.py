@@ -23,6 +23,8 @@ from hypothesis import strategies as st
 
 from webhook.constants import (
     APPLIED_ANNOTATION,
+    GPU_CONTAINER_NAMES,
+    HELPER_CONTAINER_NAMES,
     MPS_MEMORY_LIMIT_VAR,
     MPS_PIPE_DIRECTORY_VAR,
     MPS_THREAD_PERCENTAGE_VAR,
@@ -99,7 +101,9 @@ IMAGES = [
     "ghcr.io/nvidia/jax:jax-2024-10-01",
     "busybox:1.36",
 ]
-APP_NAMES = ["main", "model", "proxy", "logs", "metrics"]
+# A known GPU container name, known helpers and plain names: without the annotation the GPU
+# goes to main, else the first that is no helper, else the first (docs/annotations.md).
+APP_NAMES = ["main", "model", "istio-proxy", "wait", "logs", "metrics"]
 INIT_NAMES = ["init-a", "init-b", "sidecar"]
 PROPERTY_SETTINGS = settings(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -205,6 +209,14 @@ class Example:
     target: int
 
 
+def _default_target(names: list[str]) -> int:
+    """The GPU container without gpu-fraction-container-name, as docs/annotations.md says."""
+    for index, name in enumerate(names):
+        if name in GPU_CONTAINER_NAMES:
+            return index
+    return next((i for i, name in enumerate(names) if name not in HELPER_CONTAINER_NAMES), 0)
+
+
 @st.composite
 def examples(draw: st.DrawFn) -> Example:
     namespace = draw(_namespaces)
@@ -236,7 +248,7 @@ def examples(draw: st.DrawFn) -> Example:
         annotations["gpu-fraction"] = str(draw(_whole_gpus))
     else:
         annotations["gpu-fraction"] = f"0.{draw(_fraction_thousandths):03d}".rstrip("0")
-    target = 0
+    target = _default_target(names)
     if draw(st.booleans()):
         target = draw(st.integers(0, len(names) - 1))
         annotations["gpu-fraction-container-name"] = names[target]

@@ -9,22 +9,26 @@ import jsonpatch
 import pytest
 
 from webhook.core import (
-    WORKLOAD_KINDS,
     Planned,
     PolicySet,
     Untouched,
     WorkloadKind,
     api_group,
-    check_template,
+    builtin_kinds,
+    check_workload,
     mutate,
     mutated_pod,
     pod_template,
     template_changed,
     workload_kind,
 )
-from webhook.core.workloads import MAX_WARNING_LENGTH, controller_pod, pod_summary
+from webhook.core.template_summary import MAX_WARNING_LENGTH, pod_summary
+from webhook.core.workloads import controller_pod
 
 from .support import policies_from, simple_policy
+
+# Kubernetes' own kinds (one template each, at one path).
+KUBERNETES_KINDS = tuple(k for k in builtin_kinds() if k.group in {"", "apps", "batch"})
 
 API_VERSIONS = {"apps": "apps/v1", "batch": "batch/v1", "": "v1"}
 
@@ -62,11 +66,11 @@ def workload(kind: WorkloadKind, pod_template_: dict[str, Any]) -> dict[str, Any
     }
 
 
-KIND_IDS = [k.kind for k in WORKLOAD_KINDS]
+KIND_IDS = [k.kind for k in KUBERNETES_KINDS]
 
 
 def test_the_kinds_and_where_their_templates_sit() -> None:
-    paths = {(k.group, k.kind): k.where for k in WORKLOAD_KINDS}
+    paths = {(k.group, k.kind): k.where for k in KUBERNETES_KINDS}
     assert paths == {
         ("apps", "Deployment"): "spec.template",
         ("apps", "StatefulSet"): "spec.template",
@@ -77,7 +81,7 @@ def test_the_kinds_and_where_their_templates_sit() -> None:
         ("batch", "CronJob"): "spec.jobTemplate.spec.template",
         ("", "PodTemplate"): "template",
     }
-    assert {k.resource for k in WORKLOAD_KINDS} >= {"deployments", "cronjobs", "podtemplates"}
+    assert {k.resource for k in KUBERNETES_KINDS} >= {"deployments", "cronjobs", "podtemplates"}
 
 
 @pytest.mark.parametrize(
@@ -117,14 +121,14 @@ def test_the_controller_pod_is_the_template_in_the_workloads_namespace() -> None
     assert source["metadata"]["name"] == "ignored"  # the template itself is left alone
 
 
-@pytest.mark.parametrize("kind", WORKLOAD_KINDS, ids=KIND_IDS)
+@pytest.mark.parametrize("kind", KUBERNETES_KINDS, ids=KIND_IDS)
 def test_an_accepted_template_gets_what_its_pods_get(
     kind: WorkloadKind, policies: PolicySet
 ) -> None:
     document = workload(kind, template({"gpu-fraction": "0.5"}))
     before = copy.deepcopy(document)
 
-    checked = check_template(document, kind, "ml", policies)
+    checked = check_workload(document, kind, "ml", policies)
 
     assert checked is not None and checked.allowed
     assert document == before, "the workload is never changed in place"
@@ -145,12 +149,12 @@ def test_an_accepted_template_gets_what_its_pods_get(
     assert checked.policy == "p"
 
 
-@pytest.mark.parametrize("kind", WORKLOAD_KINDS, ids=KIND_IDS)
+@pytest.mark.parametrize("kind", KUBERNETES_KINDS, ids=KIND_IDS)
 def test_a_template_its_pods_would_be_denied_for_is_denied_with_their_reasons(
     kind: WorkloadKind, policies: PolicySet
 ) -> None:
     document = workload(kind, template({"gpu-fraction": "abc"}))
-    checked = check_template(document, kind, "ml", policies)
+    checked = check_workload(document, kind, "ml", policies)
     pod = controller_pod(pod_template(document, kind), "ml", "train")
     expected = mutate(pod, "ml", policies)
     assert checked is not None and not checked.allowed
@@ -166,7 +170,7 @@ def test_a_template_its_pods_would_be_denied_for_is_denied_with_their_reasons(
 def test_policy_denials_come_with_the_policy_and_403(policies: PolicySet) -> None:
     kind = workload_kind("apps", "Deployment")
     assert kind is not None
-    checked = check_template(
+    checked = check_workload(
         workload(kind, template({"gpu-fraction": "0.9"})), kind, "ml", policies
     )
     assert checked is not None and not checked.allowed
@@ -179,13 +183,13 @@ def test_templates_without_annotation_or_in_excluded_namespaces_are_untouched(
     kind = workload_kind("batch", "Job")
     assert kind is not None
     plain = workload(kind, template())
-    checked = check_template(plain, kind, "ml", policies)
+    checked = check_workload(plain, kind, "ml", policies)
     assert checked is not None and checked.allowed
     assert isinstance(checked.decision, Untouched)
     assert (checked.result, checked.patch, checked.warnings) == (plain, [], ())
 
     quiet = workload(kind, template({"gpu-fraction": "0.5"}))
-    checked = check_template(quiet, kind, "quiet", policies)
+    checked = check_workload(quiet, kind, "quiet", policies)
     assert checked is not None and isinstance(checked.decision, Untouched)
     assert checked.result == quiet and checked.patch == []
     assert checked.warnings == (
@@ -204,10 +208,10 @@ def test_the_template_labels_choose_the_policy_not_the_workloads(policies: Polic
     assert kind is not None
     document = workload(kind, template({"gpu-fraction": "0.5"}))
     document["metadata"]["labels"] = {"team": "vision"}
-    checked = check_template(document, kind, "ml", labelled)
+    checked = check_workload(document, kind, "ml", labelled)
     assert checked is not None and checked.policy == "fallback"
     document["spec"]["template"]["metadata"]["labels"]["team"] = "vision"
-    checked = check_template(document, kind, "ml", labelled)
+    checked = check_workload(document, kind, "ml", labelled)
     assert checked is not None and checked.policy == "vision"
 
 
@@ -215,8 +219,8 @@ def test_a_workload_without_a_template_has_nothing_to_check(policies: PolicySet)
     kind = workload_kind("apps", "Deployment")
     assert kind is not None
     patch_only = {"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"replicas": 3}}
-    assert check_template(patch_only, kind, "ml", policies) is None
-    assert check_template({"spec": {"template": "x"}}, kind, "ml", policies) is None
+    assert check_workload(patch_only, kind, "ml", policies) is None
+    assert check_workload({"spec": {"template": "x"}}, kind, "ml", policies) is None
 
 
 def test_a_template_without_spec_is_denied_as_its_pods_would_be(policies: PolicySet) -> None:
@@ -226,7 +230,7 @@ def test_a_template_without_spec_is_denied_as_its_pods_would_be(policies: Policy
         "kind": "PodTemplate",
         "template": {"metadata": {"annotations": {"gpu-fraction": "0.5"}}},
     }
-    checked = check_template(document, kind, "ml", policies)
+    checked = check_workload(document, kind, "ml", policies)
     assert checked is not None and not checked.allowed
     assert checked.reasons == ("The pod has no containers to give a GPU to.",)
 
@@ -235,7 +239,7 @@ def test_the_summary_says_what_each_pod_gets(policies: PolicySet) -> None:
     kind = workload_kind("apps", "Deployment")
     assert kind is not None
     document = workload(kind, template({"gpu-fraction": "0.3"}))
-    checked = check_template(document, kind, "ml", policies)
+    checked = check_workload(document, kind, "ml", policies)
     assert checked is not None and isinstance(checked.decision, Planned)
     summary = checked.summary
     assert summary[0] == (

@@ -24,6 +24,8 @@ from kubernetes.client.exceptions import ApiException
 from harness.api import ensure_namespace
 from harness.binary import HarnessBuildError, build_binary
 from harness.controlplane import ControlPlane
+from harness.operator_crds import OperatorCrds, OperatorCrdsError
+from harness.operator_crds import load as load_operator_crds
 from harness.registration import GpushareWebhook
 from harness.webhookserver import WebhookServer
 
@@ -217,3 +219,21 @@ def gpushare_webhook(
         yield webhook
     finally:
         webhook.unregister()
+
+
+# --------------------------------------------------------------------------------------
+# GPU operators' CRDs and samples, from their Go modules (harness/operator_crds.py)
+
+
+@pytest.fixture(scope="session")
+def operator_crds() -> OperatorCrds:
+    """The CRDs and published samples of KubeRay, Kubeflow Training Operator and Trainer,
+    Argo Workflows, JobSet, LeaderWorkerSet and KServe (pinned in
+    harness/tools/operator-crds/modules.txt), and minimal CRDs of ours: $GPUSHARE_OPERATOR_CRDS,
+    else built by harness/tools/operator-crds/build.sh. `crd_files(project)`,
+    `sample(project, name)`; a failed build fails the tests with its output.
+    """
+    try:
+        return load_operator_crds()
+    except OperatorCrdsError as exc:
+        pytest.fail(str(exc), pytrace=False)

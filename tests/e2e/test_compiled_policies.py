@@ -134,6 +134,41 @@ BY_HAND = [
 ]
 
 
+def _choice(name: str, containers: list[tuple[str, str]], fraction: str = "0.5") -> Case:
+    """A pod of several containers without gpu-fraction-container-name: which gets the GPU
+    (docs/annotations.md); "0.5" takes the compiled usual branch where container 0 is the
+    chosen one, "0.123" (no common share) the general path."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "choice", "annotations": {"gpu-fraction": fraction}},
+        "spec": {"containers": [{"name": n, "image": image} for n, image in containers]},
+    }
+    return Case(f"choice/{name}", "default", pod)
+
+
+_TF = "tensorflow/tensorflow:2.17.0"
+# The container that gets the GPU: case name -> container.
+CONTAINER_CHOICE = {
+    "choice/argo": "main",
+    "choice/argo-general": "main",
+    "choice/main-first": "main",
+    "choice/istio-first": "app",
+    "choice/sidecar-pytorch": "pytorch",
+    "choice/two-plain": "app",
+    "choice/all-helpers": "istio-proxy",
+}
+CHOICE = [
+    _choice("argo", [("wait", "busybox"), ("main", _TF)]),
+    _choice("argo-general", [("wait", "busybox"), ("main", _TF)], "0.123"),
+    _choice("main-first", [("main", _TF), ("wait", "busybox")], "0.25"),
+    _choice("istio-first", [("istio-proxy", "busybox"), ("app", _TF)]),
+    _choice("sidecar-pytorch", [("sidecar", "busybox"), ("pytorch", "busybox")]),
+    _choice("two-plain", [("app", _TF), ("worker", "busybox")]),
+    _choice("all-helpers", [("istio-proxy", "busybox"), ("fluent-bit", "busybox")]),
+]
+
+
 DIGEST = "@sha256:" + "ab" * 32
 # Image references the framework knobs read: Docker Hub's implicit names, digests, a registry
 # port, TensorFlow tags below and above the growth knob's first release (1.12.0), JAX images.
@@ -163,7 +198,7 @@ def _image_case(index: int, image: str) -> Case:
 
 
 def _corpus_cases() -> list[Case]:
-    cases = list(BY_HAND) + [_image_case(i, image) for i, image in enumerate(IMAGES)]
+    cases = list(BY_HAND) + list(CHOICE) + [_image_case(i, image) for i, image in enumerate(IMAGES)]
     for folder in sorted(p for p in CORPUS.iterdir() if (p / "pod.yaml").exists()):
         pod = yaml.safe_load((folder / "pod.yaml").read_text(encoding="utf-8"))
         namespace_file = folder / "namespace"
@@ -418,6 +453,14 @@ def test_every_corpus_pod_is_admitted_or_denied_alike(
         ("TF_FORCE_GPU_ALLOW_GROWTH",),
         ("XLA_PYTHON_CLIENT_MEM_FRACTION",),
     }, knobs
+    chosen = {
+        c.name: json.loads((o.pod or {})["metadata"]["annotations"][APPLIED_ANNOTATION])[
+            "container"
+        ]
+        for c, o in zip(cases, by_webhook, strict=True)
+        if c.name in CONTAINER_CHOICE
+    }
+    assert chosen == CONTAINER_CHOICE
     by_hand = {c.name: o for c, o in zip(cases, by_webhook, strict=True) if c in BY_HAND}
     assert [n for n, o in by_hand.items() if not o.admitted] == [
         "by-hand/limits",

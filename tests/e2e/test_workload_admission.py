@@ -232,14 +232,13 @@ def test_workloads_without_an_annotated_template_never_reach_the_webhook(
     gpushare_webhook: GpushareWebhook, namespace: str
 ) -> None:
     """matchConditions keep them away: counters and log stay still. The annotation on the
-    workload's own metadata is not the template's: such a Deployment is not sent either."""
+    workload's own metadata, where it does nothing, is sent: ``kubectl apply`` says where it
+    must go, and the workload is admitted."""
     api, server = gpushare_webhook.api, gpushare_webhook.server
     plain = [workload(kind, None) for kind in KINDS]
-    on_the_workload = workload("Deployment", None)
-    on_the_workload["metadata"]["annotations"] = {FRACTION_ANNOTATION: "abc"}
     before = server.admission_counts()
 
-    for document in [*plain, on_the_workload]:
+    for document in plain:
         created = request_object(api, "POST", namespace, document)
         assert created.warnings == []
 
@@ -248,6 +247,15 @@ def test_workloads_without_an_annotated_template_never_reach_the_webhook(
     control = workload("Job", "0.25")
     request_object(api, "POST", namespace, control)
     assert server.admission_counts().minus(before) == {("validate", "allowed"): 1.0}
+
+    on_the_workload = workload("Deployment", None)
+    on_the_workload["metadata"]["annotations"] = {FRACTION_ANNOTATION: "0.5"}
+    created = request_object(api, "POST", namespace, on_the_workload)
+    (warning,) = created.warnings
+    assert warning == (
+        "gpu-fraction on the Deployment itself does nothing: put it in "
+        "spec.template.metadata.annotations"
+    )
 
 
 def test_updates_are_checked_only_when_they_change_the_template(
@@ -286,8 +294,9 @@ def test_the_registration_holds_the_template_webhooks(gpushare_webhook: Gpushare
     # By default the pods' own checks are the safety-net policy's: the validating
     # configuration holds the template webhooks only (--validating-webhook pods adds it).
     names = [w["name"] for w in validating["webhooks"]]
-    assert names == [
+    assert names[:3] == [
         "workloads.gpushare.io",
         "cronjobs.gpushare.io",
         "podtemplates.gpushare.io",
     ]
+    assert {"rayclusters.gpushare.io", "workflows.gpushare.io"} <= set(names)

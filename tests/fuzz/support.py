@@ -23,7 +23,7 @@ import jsonpatch
 import orjson
 
 from webhook.constants import APPLIED_ANNOTATION, REQUEST_ANNOTATIONS
-from webhook.core import PolicySet, WorkloadKind, check_template, mutate, validate, workload_kind
+from webhook.core import PolicySet, WorkloadKind, check_workload, mutate, validate, workload_kind
 from webhook.policy_store import PolicyStore
 from webhook.server.app import WebhookApp, create_app
 
@@ -232,7 +232,9 @@ def _check_denial(path: str, review: Any, response: dict[str, Any], policies: Po
         allowed, code, reasons = verdict.allowed, verdict.code, verdict.reasons
     else:
         assert workload is not None
-        checked = check_template(*workload, policies)
+        document, kind, namespace = workload
+        # A cluster-scoped kind's templates are read as if in the default namespace.
+        checked = check_workload(document, kind, namespace or "default", policies)
         require(checked is not None, f"a workload without a template was denied: {response}")
         assert checked is not None
         allowed, code, reasons = checked.allowed, checked.code, checked.admission_reasons

@@ -36,8 +36,13 @@ produce it):
    the generators only write exact agreement or disagreement by a factor of at least 1.25
    (the tolerance between is not documented); under a policy without ``gpuMemory`` the two
    cannot be shown to agree, and the oracle refuses (the docs do not say; a reading).
-5. ``gpu-fraction-container-name``: the container that gets the GPU (default: the first of
-   ``spec.containers``); empty, an init container's name or no container's name is refused.
+   Refused where the nodes decide and the pod's nodeSelector names a GPU model
+   (``nvidia.com/gpu.product``) whose memory a policy declares (``gpuMemory`` of a policy
+   with a pool selecting that model; the largest) below ``N`` (docs/annotations.md).
+5. ``gpu-fraction-container-name``: the container that gets the GPU; empty, an init
+   container's name or no container's name is refused. Without it: the first container with
+   a known GPU container name (``GPU_CONTAINER_NAMES``), else the first that is no known
+   helper (``HELPER_CONTAINER_NAMES``), else the first (docs/annotations.md).
 6. Whole GPUs: refused above ``wholeGpus.max``; else ``wholeGpus.resourceName: N`` and
    ``wholeGpus.nodeSelector``.
 7. A share ``f``: refused below ``fraction.min`` or above ``fraction.max``. ``replica-class``:
@@ -83,8 +88,11 @@ from webhook.constants import (
     DEFAULT_EXCLUDED_NAMESPACES,
     FRACTION_ANNOTATION,
     GFD_MEMORY_LABEL,
+    GFD_PRODUCT_LABEL,
     GFD_REPLICAS_LABEL,
     GFD_STRATEGY_LABEL,
+    GPU_CONTAINER_NAMES,
+    HELPER_CONTAINER_NAMES,
     KNOWN_GPU_RESOURCES,
     MEMORY_ANNOTATION,
     MIG_RESOURCE_PREFIX,
@@ -342,8 +350,17 @@ def decide(pod: Mapping[str, Any], namespace: str, policies: OraclePolicies) -> 
 def _container(spec: Mapping[str, Any], name: str | None) -> Mapping[str, Any] | None:
     containers = spec.get("containers") or []
     if name is None:
-        return containers[0] if containers else None
+        if not containers:
+            return None
+        return containers[default_container([c.get("name") for c in containers])]
     return next((c for c in containers if c.get("name") == name), None)
+
+
+def default_container(names: list[Any]) -> int:
+    """Rule 5 without the annotation: the index of the container that gets the GPU."""
+    known = [i for i, n in enumerate(names) if n in GPU_CONTAINER_NAMES]
+    plain = [i for i, n in enumerate(names) if n not in HELPER_CONTAINER_NAMES]
+    return (known or plain or [0])[0]
 
 
 @dataclass(frozen=True)
@@ -537,6 +554,20 @@ def _on_pool(
     )
 
 
+def _selected_model_memory(spec: Mapping[str, Any], policies: OraclePolicies) -> Fraction | None:
+    """Rule 4's refusal: the GPU memory of the model the pod's nodeSelector names, where a
+    policy's pools name the same model with gpuMemory (the largest such); None if unknown.
+    (Generated pools name models through GFD's product only, without -SHARED.)"""
+    selected = (spec.get("nodeSelector") or {}).get(GFD_PRODUCT_LABEL)
+    declared = [
+        p.gpu_memory_mib
+        for p in policies.policies
+        if p.gpu_memory_mib is not None
+        and any(pool.node_selector.get(GFD_PRODUCT_LABEL) == selected for pool in p.pools)
+    ]
+    return max(declared) if selected is not None and declared else None
+
+
 def _sized_by_nodes(
     policy: OraclePolicy,
     container: Mapping[str, Any],
@@ -551,6 +582,9 @@ def _sized_by_nodes(
     if share - _headroom(policy) <= 0:
         return denied("the headroom leaves nothing", policy)
     node_memory = math.ceil(memory / share)
+    known = _selected_model_memory(spec, policies)
+    if known is not None and known < node_memory:
+        return denied("the pod selects a GPU model too small for the ask", policy)
     planned = _on_pool(policy, container, spec, policies, pool, 1, node_memory)
     low = Fraction(str(policy.get("fraction", "min", default=0.01)))
     if share < low and planned.outcome == "planned":

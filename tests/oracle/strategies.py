@@ -7,7 +7,8 @@ labels, priorities, default policies (unique priorities), whole-GPU settings, GP
 percentage headroom, and sometimes a ``GpuSharingSettings`` document. Every set is valid
 by the policy reference, so the core must load it.
 
-Pods: 1-3 containers and 0-2 init containers, in one of the namespaces the globs are
+Pods: 1-3 containers (plain names, Argo's main and wait, istio-proxy) and 0-2 init
+containers, in one of the namespaces the globs are
 written for, with ``gpu-fraction`` (shares with up to four decimals, the policies' own
 edges: 1/R of each pool, fraction.min and .max; whole numbers; refused spellings),
 sometimes ``gpu-memory`` (agreeing exactly, disagreeing, or alone),
@@ -24,7 +25,7 @@ from typing import Any
 import yaml
 from hypothesis import strategies as st
 
-from tests.oracle.oracle import OraclePolicies
+from tests.oracle.oracle import OraclePolicies, default_container
 from webhook.constants import (
     CONTAINER_ANNOTATION,
     FRACTION_ANNOTATION,
@@ -35,6 +36,7 @@ from webhook.constants import (
 )
 
 API_VERSION = "gpushare.io/v1alpha1"
+CONTAINER_NAMES = ("c0", "c1", "c2", "main", "wait", "istio-proxy")
 NAMESPACES = (
     "team-a",
     "team-b",
@@ -268,7 +270,8 @@ def pods(draw: st.DrawFn, policies: OraclePolicies) -> tuple[dict[str, Any], str
         )
     ]
     namespace = draw(_mostly(st.sampled_from(named or NAMESPACES), st.sampled_from(NAMESPACES)))
-    names = [f"c{i}" for i in range(draw(st.integers(1, 3)))]
+    # Plain names, a known GPU container name and known helpers (oracle rule 5).
+    names = draw(st.lists(st.sampled_from(CONTAINER_NAMES), min_size=1, max_size=3, unique=True))
     init_names = [f"i{i}" for i in range(draw(st.integers(0, 2)))]
     annotations: dict[str, str] = {}
     fraction = draw(_mostly(fraction_text(policies), st.none()))
@@ -309,7 +312,7 @@ def pods(draw: st.DrawFn, policies: OraclePolicies) -> tuple[dict[str, Any], str
     containers: list[dict[str, Any]] = [
         {"name": name, "image": "nvcr.io/nvidia/pytorch:25.01-py3"} for name in names
     ]
-    gpu_index = names.index(target) if target in names else 0
+    gpu_index = names.index(target) if target in names else default_container(names)
     existing = draw(
         st.sampled_from(
             [None] * 16

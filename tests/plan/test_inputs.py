@@ -116,7 +116,9 @@ def test_manifests_count_replicas(tmp_path: Path) -> None:
 
 def test_manifest_replicas_must_be_a_count(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text(MANIFESTS.replace("replicas: 3", "replicas: -1"))
-    with pytest.raises(ManifestError, match=r"Deployment/shop/web: replicas -1 is not a whole"):
+    with pytest.raises(
+        ManifestError, match=r"Deployment/shop/web: spec.replicas -1 is not a whole"
+    ):
         read_workloads([str(tmp_path / "bad.yaml")])
 
 

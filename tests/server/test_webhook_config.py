@@ -12,10 +12,9 @@ import pytest
 import yaml
 
 from webhook.cli import main
-from webhook.core import WORKLOAD_KINDS, WorkloadKind
+from webhook.core import WorkloadKind, builtin_kinds
 from webhook.install.certs import write_certificates
 from webhook.install.webhook_config import (
-    TEMPLATE_WEBHOOKS,
     ServiceTarget,
     UrlTarget,
     WebhookConfigError,
@@ -225,7 +224,9 @@ def test_cli_unreadable_ca(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 # -- workloads: pod templates checked where they are written -----------------------------------
 
-TEMPLATE_NAMES = ["workloads.gpushare.io", "cronjobs.gpushare.io", "podtemplates.gpushare.io"]
+# Kubernetes' own kinds (one template each, at one path).
+KUBERNETES_KINDS = tuple(k for k in builtin_kinds() if k.group in {"", "apps", "batch"})
+FIRST_TEMPLATE_NAMES = ["workloads.gpushare.io", "cronjobs.gpushare.io", "podtemplates.gpushare.io"]
 API_VERSIONS = {"apps": "apps/v1", "batch": "batch/v1", "": "v1"}
 
 
@@ -257,21 +258,34 @@ def workload_with(kind: WorkloadKind, template: Any) -> dict[str, Any]:
 
 def test_the_validating_configuration_registers_every_workload_kind(ca_file: Path) -> None:
     webhooks = template_webhooks(ca_file)
-    assert list(webhooks) == TEMPLATE_NAMES
-    registered = {
-        (group, resource): name
-        for name, webhook in webhooks.items()
+    assert list(webhooks)[:3] == FIRST_TEMPLATE_NAMES
+    registered = [
+        (group, resource, version, rule["scope"])
+        for webhook in webhooks.values()
         for rule in webhook["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
+        for version in rule["apiVersions"]
+    ]
+    expected = [
+        (k.group, k.resource, version, "Cluster" if k.cluster_scoped else "Namespaced")
+        for k in builtin_kinds()
+        for version in k.versions
+    ]
+    assert sorted(registered) == sorted(expected)  # each kind and version exactly once
+    spec_template = webhooks["workloads.gpushare.io"]
+    assert {r for rule in spec_template["rules"] for r in rule["resources"]} == {
+        "deployments",
+        "statefulsets",
+        "daemonsets",
+        "replicasets",
+        "jobs",
+        "replicationcontrollers",
     }
-    by_path = {tuple(t.path): t.name for t in TEMPLATE_WEBHOOKS}
-    assert registered == {(k.group, k.resource): by_path[k.path] for k in WORKLOAD_KINDS}
     for webhook in webhooks.values():
         assert webhook["clientConfig"]["service"]["path"] == "/validate"
         for rule in webhook["rules"]:
             assert rule["operations"] == ["CREATE", "UPDATE"]
-            assert rule["apiVersions"] == ["v1"] and rule["scope"] == "Namespaced"
         assert "reinvocationPolicy" not in webhook
 
 
@@ -287,7 +301,7 @@ def test_template_webhooks_keep_the_pods_namespace_selector_and_always_ignore_fa
         assert webhook["timeoutSeconds"] == pods["timeoutSeconds"]
 
 
-@pytest.mark.parametrize("kind", WORKLOAD_KINDS, ids=[k.kind for k in WORKLOAD_KINDS])
+@pytest.mark.parametrize("kind", KUBERNETES_KINDS, ids=[k.kind for k in KUBERNETES_KINDS])
 def test_only_annotated_templates_reach_the_webhook(ca_file: Path, kind: WorkloadKind) -> None:
     (webhook,) = [
         w
@@ -314,10 +328,14 @@ def test_only_annotated_templates_reach_the_webhook(ca_file: Path, kind: Workloa
         assert not condition_holds(webhook, document)
 
 
-def test_an_annotated_pod_in_a_template_webhook_path_is_not_confused(ca_file: Path) -> None:
-    """The pod's own annotations are not a template's: a Deployment annotated on its own
-    metadata, with a plain template, is not sent."""
+def test_an_annotation_on_the_workloads_own_metadata_is_sent_to_be_warned_about(
+    ca_file: Path,
+) -> None:
+    """A Deployment annotated on its own metadata (where the annotation does nothing) is
+    sent, so that ``kubectl apply`` says where the annotation must go; one annotated
+    nowhere is not."""
     webhook = template_webhooks(ca_file)["workloads.gpushare.io"]
-    deployment = workload_with(WORKLOAD_KINDS[0], {"metadata": {"labels": {"a": "b"}}})
-    deployment["metadata"] = {"annotations": {"gpu-fraction": "0.5"}}
+    deployment = workload_with(KUBERNETES_KINDS[0], {"metadata": {"labels": {"a": "b"}}})
     assert not condition_holds(webhook, deployment)
+    deployment["metadata"] = {"annotations": {"gpu-fraction": "0.5"}}
+    assert condition_holds(webhook, deployment)

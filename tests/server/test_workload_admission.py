@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from werkzeug.test import Client
 
-from webhook.core import WORKLOAD_KINDS, WorkloadKind, check_template, load_policies, mutate
+from webhook.core import WorkloadKind, builtin_kinds, check_workload, load_policies, mutate
 from webhook.core.workloads import controller_pod
 from webhook.policy_store import PolicyStore
 from webhook.server.app import create_app
@@ -25,9 +25,12 @@ from webhook.server.review import clean_warnings
 
 from .support import BUNDLED_POLICIES, annotated_pod, review
 
+# Kubernetes' own kinds (one template each, at one path).
+KUBERNETES_KINDS = tuple(k for k in builtin_kinds() if k.group in {"", "apps", "batch"})
+
 UID = "0a1b2c3d-0000-4000-8000-000000000001"
 API_VERSIONS = {"apps": "apps/v1", "batch": "batch/v1", "": "v1"}
-KIND_IDS = [k.kind for k in WORKLOAD_KINDS]
+KIND_IDS = [k.kind for k in KUBERNETES_KINDS]
 
 
 def workload(kind: WorkloadKind, fraction: str | None = "0.5") -> dict[str, Any]:
@@ -76,7 +79,7 @@ def expected_pod_verdict(document: dict[str, Any], kind: WorkloadKind) -> Any:
     return mutate(pod, "ml", load_policies(BUNDLED_POLICIES))
 
 
-@pytest.mark.parametrize("kind", WORKLOAD_KINDS, ids=KIND_IDS)
+@pytest.mark.parametrize("kind", KUBERNETES_KINDS, ids=KIND_IDS)
 @pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
 def test_an_accepted_template_is_allowed_with_what_each_pod_gets(
     client: Client, kind: WorkloadKind, operation: str
@@ -88,7 +91,7 @@ def test_an_accepted_template_is_allowed_with_what_each_pod_gets(
     status, response = answer(client, "/validate", payload)
 
     assert status == 200 and response["allowed"] is True
-    checked = check_template(document, kind, "ml", load_policies(BUNDLED_POLICIES))
+    checked = check_workload(document, kind, "ml", load_policies(BUNDLED_POLICIES))
     assert checked is not None
     assert response["warnings"] == clean_warnings(checked.warnings)
     assert response["warnings"][0].startswith(
@@ -97,7 +100,7 @@ def test_an_accepted_template_is_allowed_with_what_each_pod_gets(
     assert any(w.startswith("each pod will get nodeSelector ") for w in response["warnings"])
 
 
-@pytest.mark.parametrize("kind", WORKLOAD_KINDS, ids=KIND_IDS)
+@pytest.mark.parametrize("kind", KUBERNETES_KINDS, ids=KIND_IDS)
 def test_a_template_its_pods_would_be_denied_for_is_denied_with_their_message(
     client: Client, kind: WorkloadKind
 ) -> None:
@@ -113,7 +116,7 @@ def test_a_template_its_pods_would_be_denied_for_is_denied_with_their_message(
 
 def test_the_message_is_the_one_the_pod_would_get(client: Client) -> None:
     """The same template as a pod at /mutate: the workload's message only adds the prefix."""
-    kind = next(k for k in WORKLOAD_KINDS if k.kind == "CronJob")
+    kind = next(k for k in KUBERNETES_KINDS if k.kind == "CronJob")
     document = workload(kind, "0.99")
     _, as_workload = answer(client, "/validate", workload_review(kind, document))
     template = document["spec"]["jobTemplate"]["spec"]["template"]
@@ -129,7 +132,7 @@ def test_the_message_is_the_one_the_pod_would_get(client: Client) -> None:
 def test_an_update_that_leaves_the_template_alone_is_not_looked_at(client: Client) -> None:
     """Scaling, a controller's revision annotation or a finalizer never meet a policy that
     changed since the template was written."""
-    kind = WORKLOAD_KINDS[0]
+    kind = KUBERNETES_KINDS[0]
     stale = workload(kind, "abc")
     scaled = copy.deepcopy(stale)
     scaled["spec"]["replicas"] = 0
@@ -142,7 +145,7 @@ def test_an_update_that_leaves_the_template_alone_is_not_looked_at(client: Clien
 def test_templates_without_annotation_or_out_of_scope_requests_are_allowed_silently(
     client: Client,
 ) -> None:
-    kind = WORKLOAD_KINDS[0]
+    kind = KUBERNETES_KINDS[0]
     quiet = [
         workload_review(kind, workload(kind, None)),
         workload_review(kind, workload(kind, "abc"), operation="DELETE"),
@@ -155,7 +158,7 @@ def test_templates_without_annotation_or_out_of_scope_requests_are_allowed_silen
 
 
 def test_excluded_namespaces_say_the_annotation_is_ignored(client: Client) -> None:
-    kind = WORKLOAD_KINDS[0]
+    kind = KUBERNETES_KINDS[0]
     payload = workload_review(kind, workload(kind, "abc"), namespace="kube-system")
     status, response = answer(client, "/validate", payload)
     assert status == 200 and response["allowed"] is True
@@ -165,7 +168,7 @@ def test_excluded_namespaces_say_the_annotation_is_ignored(client: Client) -> No
 
 
 def test_the_mutating_endpoint_leaves_workloads_alone(client: Client) -> None:
-    for kind in WORKLOAD_KINDS:
+    for kind in KUBERNETES_KINDS:
         status, response = answer(client, "/mutate", workload_review(kind, workload(kind, "abc")))
         assert (status, response) == (200, {"uid": UID, "allowed": True})
 
@@ -194,21 +197,21 @@ def test_pods_at_validate_are_answered_as_before(client: Client) -> None:
 def test_templates_of_the_wrong_shape_are_400_naming_the_field(
     client: Client, template: Any, message: str
 ) -> None:
-    kind = WORKLOAD_KINDS[0]
+    kind = KUBERNETES_KINDS[0]
     document = {"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"template": template}}
     status, response = answer(client, "/validate", workload_review(kind, document))
     assert status == 400 and response["status"]["message"] == message
 
 
 def test_an_update_without_old_object_is_checked(client: Client) -> None:
-    kind = WORKLOAD_KINDS[0]
+    kind = KUBERNETES_KINDS[0]
     payload = workload_review(kind, workload(kind, "abc"), operation="UPDATE")
     status, response = answer(client, "/validate", payload)
     assert status == 200 and response["allowed"] is False
 
 
 def test_an_old_object_of_the_wrong_type_is_400(client: Client) -> None:
-    kind = WORKLOAD_KINDS[0]
+    kind = KUBERNETES_KINDS[0]
     payload = workload_review(kind, workload(kind), operation="UPDATE", oldObject="x")
     status, response = answer(client, "/validate", payload)
     assert status == 400 and response["status"]["message"] == "request.oldObject must be an object."
@@ -219,7 +222,7 @@ def test_no_policies_loaded_is_503(tmp_path: Any) -> None:
     broken.mkdir()
     (broken / "bad.yaml").write_text("kind: GpuSharingPolicy\n")
     client = Client(create_app(PolicyStore.loaded(broken)))
-    kind = WORKLOAD_KINDS[0]
+    kind = KUBERNETES_KINDS[0]
     response = client.post("/validate", json=workload_review(kind, workload(kind)))
     assert response.status_code == 503
 
@@ -227,7 +230,7 @@ def test_no_policies_loaded_is_503(tmp_path: Any) -> None:
 def test_the_admission_log_names_the_workload_kind(
     client: Client, admission_log_stream: io.StringIO
 ) -> None:
-    kind = next(k for k in WORKLOAD_KINDS if k.kind == "Job")
+    kind = next(k for k in KUBERNETES_KINDS if k.kind == "Job")
     answer(client, "/validate", workload_review(kind, workload(kind, "abc"), name="trainer"))
     (line,) = [json.loads(text) for text in admission_log_stream.getvalue().splitlines()]
     assert line["kind"] == "Job" and line["pod"] == "trainer"

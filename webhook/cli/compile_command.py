@@ -10,9 +10,14 @@ from pathlib import Path
 import yaml
 
 from webhook.cli.command_tree import Commands
-from webhook.cli.exit_codes import EXIT_OK
+from webhook.cli.exit_codes import EXIT_OK, EXIT_USAGE
 from webhook.cli.options import add_policies_option
-from webhook.compile import REINVOCATION_POLICIES, compile_policies, notes
+from webhook.compile import (
+    REINVOCATION_POLICIES,
+    CompileRefusedError,
+    compile_policies,
+    notes,
+)
 from webhook.core import default_policies_path, load_policies
 
 DESCRIPTION = """\
@@ -27,7 +32,13 @@ warnings) is listed on stderr.
 
 def run_compile(args: argparse.Namespace) -> int:
     policies = load_policies(args.policies or default_policies_path())
-    documents = compile_policies(policies, args.reinvocation)
+    try:
+        documents = compile_policies(policies, args.reinvocation)
+    except CompileRefusedError as error:
+        # Every line prefixed (`main` prints a GpushareError behind one prefix).
+        for line in str(error).splitlines():
+            print(f"error: {line}", file=sys.stderr)
+        return EXIT_USAGE
     text = yaml.safe_dump_all(documents, sort_keys=False, width=1 << 20)
     if args.out is None:
         sys.stdout.write(text)

@@ -20,7 +20,7 @@ from webhook.cli.options import (
     add_policies_option,
     positive_int,
 )
-from webhook.core import default_policies_path, load_policies
+from webhook.core import default_policies_path, kinds_read, load_policies
 from webhook.errors import GpushareError, PolicyError
 from webhook.install import (
     DEFAULT_SHARED_RESOURCES,
@@ -286,6 +286,7 @@ def run_webhook_config(args: argparse.Namespace) -> int:
         validating_webhook=args.validating_webhook,
         safety_net_policy=args.safety_net_policy,
         validation_actions=tuple(args.validation_action) or DEFAULT_VALIDATION_ACTIONS,
+        workload_kinds=kinds_read(policies),
     )
     try:
         documents = admission_configurations(settings, policies)

@@ -24,6 +24,7 @@ from webhook.cli.options import (
     add_recursive_option,
 )
 from webhook.core import (
+    Decision,
     Denied,
     Planned,
     PolicySet,
@@ -33,7 +34,7 @@ from webhook.core import (
 )
 from webhook.errors import ManifestError
 from webhook.manifest import read_manifests
-from webhook.offline import DENIED, Checked, check_documents, report
+from webhook.offline import DENIED, Checked, check_documents, document_group, report
 
 
 def _manifest_arguments(parser: Arguments) -> None:
@@ -86,18 +87,14 @@ def _cmd_mutate(args: argparse.Namespace) -> int:
             raise ManifestError("--all-modes prints every scheme: use -o yaml or -o json.")
         return print_mutate(_all_modes(args, explain=False), args.output)
     checked = _check(args)
-    if args.output == "patch" and len(checked) != 1:
-        raise ManifestError(
-            f"-o patch prints one JSON Patch, but the input holds {len(checked)} documents: "
-            "pass one, or use -o json (a report with each document's patch)."
-        )
+    patched = _patch_document(checked) if args.output == "patch" else None
     code = _print_verdicts(checked)
     if args.output == "json":
         print(json.dumps(report(checked, "MutateReport", with_result=True), indent=2))
         return code
-    if args.output == "patch":
-        if code == EXIT_OK:
-            print(json.dumps(checked[0].patch, indent=2))
+    if patched is not None:
+        if patched.verdict != DENIED:
+            print(json.dumps(patched.patch, indent=2))
         return code
     admitted = [item.result for item in checked if item.verdict != DENIED]
     if len(admitted) == 1 and len(checked) == 1:
@@ -107,14 +104,60 @@ def _cmd_mutate(args: argparse.Namespace) -> int:
     return code
 
 
+def _patch_document(checked: Sequence[Checked]) -> Checked:
+    """The one document ``-o patch`` prints the patch of: the input's only document, or its
+    only one with a pod (a Pod, or a workload with a pod template) among Namespaces,
+    Services and the like; ``ManifestError`` naming them when there are more, or none."""
+    if len(checked) == 1:
+        return checked[0]
+    with_pods = [item for item in checked if _has_pod(item)]
+    if len(with_pods) == 1:
+        return with_pods[0]
+    use = "use -o json (a report with each document's patch)"
+    if not with_pods:
+        raise ManifestError(
+            f"-o patch prints the JSON Patch of a Pod or workload, but none of the input's "
+            f"{len(checked)} documents has a pod: pass one, or {use}."
+        )
+    named = ", ".join(
+        f"{item.label} ({item.document.source}:{item.document.line})" for item in with_pods
+    )
+    raise ManifestError(
+        f"-o patch prints one JSON Patch, but the input holds {len(with_pods)} documents with "
+        f"a pod: {named}: pass one of them, or {use}."
+    )
+
+
+def _has_pod(item: Checked) -> bool:
+    """A Pod, or a workload whose pod template was checked; a Service, a Namespace or a
+    workload without a template has nothing to patch."""
+    content = item.document.content
+    is_pod = isinstance(content, dict) and item.kind == "Pod" and document_group(content) == ""
+    return is_pod or item.template is not None
+
+
 def _explain_lines(item: Checked) -> list[str]:
     """What ``explain`` says about one document, after its label."""
     if item.decision is None:
         return [f"decision: untouched ({item.note})"]
     lines = [f"namespace: {item.namespace}"]
+    if len(item.templates) > 1:
+        for part in item.templates:
+            role = f" ({part.role})" if part.role else ""
+            lines.append(f"pod template: {part.where}{role}, evaluated as the pods it creates")
+            lines += [f"  {line}" for line in _decision_lines(part.decision, part.operations)]
+        lines += [f"warning: {warning}" for warning in item.warnings]
+        return lines
     if item.template is not None:
         lines.append(f"pod template: {item.template}, evaluated as the pods it creates")
-    decision = item.decision
+    lines += _decision_lines(item.decision, len(item.patch))
+    lines += [f"warning: {warning}" for warning in item.warnings]
+    return lines
+
+
+def _decision_lines(decision: Decision | None, operations: int) -> list[str]:
+    """What ``explain`` says about one decision."""
+    lines: list[str] = []
     if isinstance(decision, Untouched):
         lines.append(f"decision: untouched ({decision.reason})")
     elif isinstance(decision, Denied):
@@ -126,10 +169,9 @@ def _explain_lines(item: Checked) -> list[str]:
         record = json.dumps(dict(decision.record), sort_keys=True)
         lines.append(f"recorded in annotation: {record}")
         lines.append(
-            f"patch: {len(item.patch)} operation(s)"
-            + (" (already mutated: nothing to change)" if not item.patch else "")
+            f"patch: {operations} operation(s)"
+            + (" (already mutated: nothing to change)" if not operations else "")
         )
-    lines += [f"warning: {warning}" for warning in item.warnings]
     return lines
 
 
@@ -174,7 +216,8 @@ def add_manifest_commands(commands: Commands) -> None:
         default="yaml",
         help="yaml: the documents as admitted; json: a report for CI with each document's "
         "verdict, reasons, warnings, JSON Patch and result; patch: the JSON Patch of the one "
-        "document given (default: yaml)",
+        "document given, or of the one Pod or workload among other documents (a Namespace, "
+        "a Service) (default: yaml)",
     )
     _all_modes_argument(mutate_parser)
     mutate_parser.set_defaults(func=_cmd_mutate)

@@ -50,7 +50,9 @@ def read_input(args: argparse.Namespace, policies: PolicySet) -> list[Workload]:
             args.selector,
             policies.gpu_resource_names,
         )
-    return read_workloads(args.file, recursive=args.recursive, namespace=args.namespace)
+    return read_workloads(
+        args.file, recursive=args.recursive, namespace=args.namespace, policies=policies
+    )
 
 
 def _packing_scheme(results: Sequence[SchemeOutcome], name: str | None) -> SchemeOutcome:

@@ -4,7 +4,9 @@
 directory, and reports in three steps: what makes the set invalid (the loader's problems,
 which every command that loads policies refuses with exit 2), what makes it unworkable
 (errors: exit 2) and what has no effect (warnings: exit 0). One line per finding:
-``file: yaml.path: severity: what is wrong (line N)``.
+``file: yaml.path: severity: what is wrong (line N)``, then a summary line. A file that
+holds Kubernetes manifests (a Deployment given by mistake) is one error line, pointing at
+``gpushare mutate``, and is left out of the set.
 """
 
 from __future__ import annotations
@@ -13,21 +15,26 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from webhook.cli.command_tree import Commands
 from webhook.cli.exit_codes import EXIT_OK, EXIT_USAGE
+from webhook.constants import API_GROUP
 from webhook.core import (
     Policy,
     PolicySet,
     SetFinding,
     Severity,
+    api_group,
     check_policy_set,
     document_schema,
     finding_lines,
     load_policy_texts,
     read_policy_files,
+    workload_kind,
 )
-from webhook.errors import PolicyError
+from webhook.errors import ManifestError, PolicyError
+from webhook.manifest import parse_documents
 from webhook.node import pool_conflict_refs, pool_problems, pool_refs
 
 CHECK_DESCRIPTION = """\
@@ -57,8 +64,12 @@ warnings (printed, exit 0):
   - a pool whose config `gpushare device-plugin-config` cannot generate (a resourceName
     other than nvidia.com/gpu or nvidia.com/gpu.shared)
 
+A file holding Kubernetes manifests (a Deployment, a Service) instead of policies is one
+error line (check pods and workloads with `gpushare mutate -f FILE`) and is left out of the
+set.
+
 Each line reads `file: yaml.path: error|warning: what to change (line N)`; then a summary
-line on stdout."""
+line on stdout (on stderr when the set does not load, as every command refuses it)."""
 
 
 def add_policy_commands(commands: Commands) -> None:
@@ -97,22 +108,119 @@ def add_policy_commands(commands: Commands) -> None:
 
 
 def run_policy_check(args: argparse.Namespace) -> int:
-    texts = _read(args.paths)
-    policies = load_policy_texts(texts)  # PolicyError: the CLI prints it and exits 2
+    where = ", ".join(str(path) for path in args.paths)
+    try:
+        texts = _read(args.paths)
+    except PolicyError as error:
+        lines = _error_lines(error.problems, [str(path) for path in args.paths])
+        return _refused(where, lines, _NOT_LOADED)
+    manifests = _manifest_lines(texts)
+    rest = [(name, text) for name, text in texts if name not in manifests]
+    if not rest:
+        return _refused(where, list(manifests.values()), "no policy file left to check")
+    try:
+        policies = load_policy_texts(rest)
+    except PolicyError as error:
+        lines = _error_lines(error.problems, [name for name, _ in rest])
+        return _refused(where, [*manifests.values(), *lines], _NOT_LOADED)
     findings = [*check_policy_set(policies), *device_plugin_findings(policies)]
-    for line in finding_lines(findings, texts):
+    for line in [*manifests.values(), *finding_lines(findings, rest)]:
         print(line, file=sys.stderr)
-    errors = sum(f.severity is Severity.ERROR for f in findings)
-    warnings = len(findings) - errors
+    errors = len(manifests) + sum(f.severity is Severity.ERROR for f in findings)
+    warnings = sum(f.severity is not Severity.ERROR for f in findings)
     names = ", ".join(p.name for p in policies.policies)
     count = len(policies.policies)
     checked = f"{count} {'policy' if count == 1 else 'policies'}: {names}"
-    where = ", ".join(str(path) for path in args.paths)
     if errors:
         print(f"{where}: {errors} error(s), {warnings} warning(s) ({checked})")
         return EXIT_USAGE
     print(f"{where}: ok ({checked}{f'; {warnings} warning(s)' if warnings else ''})")
     return EXIT_OK
+
+
+def _refused(where: str, lines: list[str], why: str) -> int:
+    """No set to check: the error lines and a summary, all on stderr (stdout stays empty, as
+    in every command that refuses invalid policies)."""
+    for line in lines:
+        print(line, file=sys.stderr)
+    print(f"{where}: {len(lines)} error(s), 0 warning(s) ({why})", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _error_lines(problems: list[str], names: list[str]) -> list[str]:
+    """The loader's ``file: yaml.path: problem`` lines as ``file: yaml.path: error: problem``,
+    the form of every finding of ``check``."""
+    # Longest first: a file name that begins another one's; the joined names of `<files>`.
+    sources = sorted({*names, ", ".join(names)}, key=len, reverse=True)
+    lines = []
+    for problem in problems:
+        source = next((s for s in sources if s and problem.startswith(f"{s}: ")), None)
+        head, rest = (
+            (source, problem[len(source) + 2 :])
+            if source is not None
+            else problem.partition(": ")[::2]
+        )
+        path, separator, message = rest.partition(": ")
+        lines.append(f"{head}: {path}: error: {message}" if separator else f"{head}: error: {rest}")
+    return lines
+
+
+def _manifest_lines(texts: list[tuple[str, str]]) -> dict[str, str]:
+    """file -> its error line, for each file holding Kubernetes manifests rather than
+    policies: the loader's schema lines about a Deployment say nothing useful."""
+    found: dict[str, str] = {}
+    for name, text in texts:
+        try:
+            documents = parse_documents(name, text)
+        except ManifestError:
+            continue  # not YAML: the loader says where
+        manifests = [d for d in documents if _manifest_kind(d.content)]
+        if not manifests:
+            continue
+        kinds = list(dict.fromkeys(_manifest_kind(d.content) for d in manifests))
+        pods = any(_has_pods(d.content) for d in manifests)
+        hint = f"check it with `gpushare mutate -f {name}`" if pods else _POLICY_FORM
+        if len(manifests) == len(documents):
+            what = (
+                f"this is {_a(kinds[0])} manifest"
+                if len(manifests) == 1
+                else f"this holds Kubernetes manifests ({', '.join(kinds)})"
+            )
+            found[name] = f"{name}: <file>: error: {what}, not a gpushare policy file: {hint}"
+        else:
+            first = manifests[0]
+            found[name] = (
+                f"{name}: [document {first.index + 1}]: error: is "
+                f"{_a(_manifest_kind(first.content))} manifest, not a gpushare policy: keep it "
+                f"out of policy files ({hint}); nothing else in this file was checked "
+                f"(line {first.line})"
+            )
+    return found
+
+
+def _a(kind: str) -> str:
+    return f"{'an' if kind[:1] in 'AEIOU' else 'a'} {kind}"
+
+
+_NOT_LOADED = "the set does not load: the checks across policies run once these are fixed"
+_POLICY_FORM = f"policies have apiVersion {API_GROUP}/v1alpha1 and kind GpuSharingPolicy"
+
+
+def _manifest_kind(content: object) -> str:
+    """The kind of a Kubernetes object that is not a gpushare document, else ''."""
+    if not isinstance(content, dict):
+        return ""
+    kind = content.get("kind")
+    if not isinstance(kind, str) or not kind or kind.startswith("GpuSharing"):
+        return ""  # not an object, or a policy (perhaps misspelt): the loader's to say
+    return "" if api_group(content.get("apiVersion")) == API_GROUP else kind
+
+
+def _has_pods(content: Any) -> bool:
+    """A Pod or a workload: what `gpushare mutate` has something to say about."""
+    group = api_group(content.get("apiVersion"))
+    kind = content.get("kind")
+    return (kind == "Pod" and group == "") or workload_kind(group, kind) is not None
 
 
 def _read(paths: list[Path]) -> list[tuple[str, str]]:

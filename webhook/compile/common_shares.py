@@ -8,7 +8,8 @@ the answers into constant CEL maps: the apiserver builds a constant map literal 
 it compiles the policy (cel-go's ``OptOptimize``, which Kubernetes sets), so a pod asking
 for one of these shares skips about a dozen variables: the strict decimal parsing, the pool
 choice and the number formatting. Any other text, a ``gpu-memory`` or container-name
-annotation, or a share the policy refuses, takes the general CEL path, which decides the
+annotation, a share the policy refuses, or a pod whose GPU container is not its first
+(``request_cel.first_is_chosen``) takes the general CEL path, which decides the
 same way (``tests/e2e/test_compiled_policies.py`` holds both equal to the webhook).
 """
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 from webhook.compile import cel
 from webhook.compile.pod_cel import V, s
+from webhook.compile.request_cel import first_is_chosen
 from webhook.constants import (
     CONTAINER_ANNOTATION,
     DEVICES_ANNOTATION,
@@ -109,7 +111,8 @@ _COLUMNS: dict[str, Callable[[CommonShare], str]] = {
 _ANNOTATIONS = "object.metadata.annotations"
 _FRACTION = f"{_ANNOTATIONS}[{s(FRACTION_ANNOTATION)}]"
 # The request's and the container's variables (request_cel, plan) under the guard: only
-# gpu-fraction asked, so no memory, container name or node-memory pool, the first container.
+# gpu-fraction asked, so no memory, container name or node-memory pool; the first container,
+# which the guard also checks is the one chosen (request_cel.first_is_chosen).
 _USUAL = {
     "a": _ANNOTATIONS,
     "hf": "true",
@@ -131,12 +134,13 @@ _USUAL = {
 
 
 def _guard(texts: str) -> str:
-    """``common`` read from the pod's annotations alone (no variable evaluated)."""
+    """``common`` read from the pod's annotations alone, and container 0 the GPU container
+    (``_USUAL``'s ``ci``, ``c``, ``cpath``): no variable evaluated."""
     others = (MEMORY_ANNOTATION, CONTAINER_ANNOTATION, DEVICES_ANNOTATION)
     return (
         f"{s(FRACTION_ANNOTATION)} in {_ANNOTATIONS} && "
         + " && ".join(f"!({s(name)} in {_ANNOTATIONS})" for name in others)
-        + f" && {_FRACTION} in {texts}"
+        + f" && {_FRACTION} in {texts} && {first_is_chosen('object.spec.containers')}"
     )
 
 

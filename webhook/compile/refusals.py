@@ -142,7 +142,12 @@ def notes(policies: PolicySet) -> list[str]:
     if policies.policies:
         found.append(
             "compiled policies give no admission warnings for skipped framework knobs, "
-            "replaced MPS limits or small bare gpu-memory numbers (the webhook does); "
-            "the pods they admit are the same"
+            "replaced MPS limits, small bare gpu-memory numbers or a GPU container guessed "
+            "among several (the webhook does); the pods they admit are the same"
+        )
+        found.append(
+            "compiled policies do not read an inference server's tensor, pipeline or data "
+            "parallelism (vLLM, SGLang, TGI): a pod whose server needs more GPUs than it asks "
+            "for is admitted (the webhook denies it)"
         )
     return found

@@ -1,6 +1,7 @@
 """The request part of a policy's plan in CEL: the annotations read as strictly as
 ``webhook.core.request`` reads them (same messages, same order), and the container that gets
-the GPU (``planning._container_index``)."""
+the GPU (``planning._container_index``, ``container_choice.choose_container``; the guess's
+warning is the webhook's alone: ``refusals.notes``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from webhook.constants import (
     CONTAINER_ANNOTATION,
     DEVICES_ANNOTATION,
     FRACTION_ANNOTATION,
+    GPU_CONTAINER_NAMES,
+    HELPER_CONTAINER_NAMES,
     MEMORY_ANNOTATION,
 )
 from webhook.core import MAX_VALUE_LENGTH, MAX_WHOLE_GPUS, Policy, PolicySet, Pool
@@ -28,6 +31,27 @@ DEVICES_REFUSAL = (
     f"{DEVICES_ANNOTATION} is not supported by gpushare's compiled admission policies: "
     "remove it, or ask the cluster admin for the gpushare webhook."
 )
+
+
+def gpu_named(name: str) -> str:
+    """The CEL string ``name`` is a known GPU container name (``GPU_CONTAINER_NAMES``)."""
+    return f"{name} in {cel.strings(GPU_CONTAINER_NAMES)}"
+
+
+def helper_named(name: str) -> str:
+    """The CEL string ``name`` is a known helper's name (``HELPER_CONTAINER_NAMES``)."""
+    return f"({name} in {cel.strings(HELPER_CONTAINER_NAMES)})"
+
+
+def first_is_chosen(containers: str) -> str:
+    """Without the container annotation, container 0 of the CEL list ``containers`` is the
+    one ``ci`` chooses: it is the only one, or it has a known GPU name, or it is no helper
+    and no container has a known GPU name. Reads no variable."""
+    first = f"{containers}[0].name"
+    return (
+        f"(size({containers}) == 1 || {gpu_named(first)} || "
+        f"(!{helper_named(first)} && !{containers}.exists(c, {gpu_named('c.name')})))"
+    )
 
 
 class RequestCel:
@@ -143,7 +167,16 @@ class RequestCel:
     def _container(self) -> None:
         add = self.add
         add("names", "object.spec.containers.map(c, c.name)")
-        add("ci", f"{V}hc ? {V}names.indexOf({V}cn) : 0")
+        # container_choice.choose_container, inline (a variable more costs every pod): the
+        # first known GPU name, else the first container that is no helper, else the first.
+        names = f"{V}names"
+        gpu, other = gpu_named("n"), f"!{helper_named('n')}"
+        add(
+            "ci",
+            f"{V}hc ? {names}.indexOf({V}cn) : size({names}) == 1 ? 0 : "
+            f"{names}.exists(n, {gpu}) ? {names}.indexOf({names}.filter(n, {gpu})[0]) : "
+            f"{names}.exists(n, {other}) ? {names}.indexOf({names}.filter(n, {other})[0]) : 0",
+        )
         names = f"{V}names.join(', ')"
         quoted = f"'\"' + {V}cn + '\"'"
         in_init = (

@@ -27,6 +27,7 @@ from webhook.core.modes import (
     place_request,
     whole_gpu_changes,
 )
+from webhook.core.object_paths import written_path
 from webhook.core.placement import Placement, format_fraction
 from webhook.core.planning import Decision, Denied, Planned, Untouched
 from webhook.core.pod_bounds import pod_size_problem
@@ -53,13 +54,26 @@ from webhook.core.policy.schema import document_schema
 from webhook.core.policy.schemes import KAI_SCHEDULER
 from webhook.core.policy.set_checks import SetFinding, Severity, check_policy_set, finding_lines
 from webhook.core.request import MAX_VALUE_LENGTH, MAX_WHOLE_GPUS, read_request
+from webhook.core.server_parallelism import ServerGpus, check_server_gpus, lws_group_size
 from webhook.core.verdict import Verdict, mutate, mutated_pod, validate
-from webhook.core.workloads import (
-    WORKLOAD_KINDS,
-    TemplateVerdict,
+from webhook.core.workload_kinds import (
+    Shape,
+    TemplateAt,
+    TemplateSite,
+    TooManyTemplatesError,
     WorkloadKind,
+    builtin_kinds,
+    pod_count,
+    templates_at,
+)
+from webhook.core.workload_pods import template_pod
+from webhook.core.workloads import (
+    TemplateVerdict,
+    WorkloadVerdict,
     api_group,
     check_template,
+    check_workload,
+    kinds_read,
     pod_template,
     template_changed,
     workload_kind,
@@ -77,7 +91,6 @@ __all__ = [
     "PIPE_VOLUME",
     "TENSORFLOW",
     "TF_GROWTH",
-    "WORKLOAD_KINDS",
     "Allocation",
     "Decision",
     "Denied",
@@ -92,24 +105,35 @@ __all__ = [
     "Policy",
     "PolicySet",
     "Pool",
+    "ServerGpus",
     "ServerMemory",
     "SetFinding",
     "Severity",
+    "Shape",
+    "TemplateAt",
+    "TemplateSite",
     "TemplateVerdict",
+    "TooManyTemplatesError",
     "Untouched",
     "Verdict",
     "WorkloadKind",
+    "WorkloadVerdict",
     "api_group",
+    "builtin_kinds",
     "check_policy_set",
+    "check_server_gpus",
     "check_template",
+    "check_workload",
     "default_policies_path",
     "document_schema",
     "finding_lines",
     "format_fraction",
     "image_version",
+    "kinds_read",
     "load_policies",
     "load_policy_text",
     "load_policy_texts",
+    "lws_group_size",
     "mode_changes",
     "mode_profile",
     "mutate",
@@ -117,13 +141,17 @@ __all__ = [
     "namespace_templates",
     "parse_version",
     "place_request",
+    "pod_count",
     "pod_shape_problem",
     "pod_size_problem",
     "pod_template",
     "read_policy_files",
     "read_request",
     "template_changed",
+    "template_pod",
+    "templates_at",
     "validate",
     "whole_gpu_changes",
     "workload_kind",
+    "written_path",
 ]

@@ -40,6 +40,7 @@ class PlanDraft:
         "policy",
         "problems",
         "spec",
+        "unschedulable",
         "warnings",
     )
 
@@ -67,6 +68,9 @@ class PlanDraft:
         self.env_added: set[str] = set()
         self.warnings: list[str] = []
         self.problems: list[str] = []
+        # What would make the planned pod unschedulable against its own nodeSelector or node
+        # affinity (``node_constraints``): a denial with status 422 where nothing else is.
+        self.unschedulable: list[str] = []
         # Explanation lines cost string formatting on every admission: only `explain` asks.
         self.explaining = explain
         self.explanation: list[str] = []

@@ -11,6 +11,10 @@ value above the share, or none, is a warning (``inferenceServers.memory: warn``)
 flag is set to the share in the container's args (``set``: replaced where it is, appended
 when absent). A server started from a shell script is only warned about: gpushare does not
 rewrite scripts. docs/frameworks.md cites the flags and defaults.
+
+The launch detection here (``find_server``) is shared with ``server_parallelism``, which
+also recognizes TGI's ``text-generation-launcher`` and checks the GPUs a server's
+parallelism needs.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from webhook.core.draft import PlanDraft
 from webhook.core.framework_images import matches, parse_version, split_reference
 from webhook.core.frameworks import framework_fraction
 from webhook.core.placement import Placement, format_fraction
-from webhook.core.policy.model import ServerMemory
+from webhook.core.policy.model import InferenceServers, ServerMemory
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,8 @@ class Server:
     programs: tuple[tuple[str, str], ...]
     modules: tuple[str, ...]
     default_images: tuple[str, ...]
+    # Programs that are the server themselves, no subcommand (text-generation-launcher).
+    launchers: tuple[str, ...] = ()
 
 
 VLLM = Server(
@@ -61,80 +67,106 @@ SGLANG = Server(
     ("sglang.launch_server",),
     (),
 )
+# Hugging Face text-generation-inference: its image's entrypoint (tgi-entrypoint.sh) runs
+# ``text-generation-launcher "$@"``. Its memory flag is not sized by gpushare (not in
+# SERVERS); it is found for its sharding (server_parallelism).
+TGI = Server(
+    "TGI",
+    "--cuda-memory-fraction",
+    ("--cuda-memory-fraction",),
+    (),
+    (),
+    (
+        "ghcr.io/huggingface/text-generation-inference",
+        "ghcr.io/huggingface/text-generation-inference:*",
+    ),
+    ("text-generation-launcher",),
+)
+# The servers whose memory flag is sized; every server gpushare recognizes.
 SERVERS = (VLLM, SGLANG)
+ALL_SERVERS = (VLLM, SGLANG, TGI)
 
 
 @dataclass(frozen=True)
-class _Token:
-    field: str  # "command" or "args"
+class Token:
+    field: str  # "command", "args" or "script"
     index: int
     text: str
 
 
 @dataclass(frozen=True)
-class _Launch:
+class Launch:
     """A server found in the container, where its flags start, and how it was started."""
 
     server: Server
-    flags: tuple[_Token, ...]
+    flags: tuple[Token, ...]
     how: str
     in_script: bool
+    # What comes before the server's program (``env NUM_SHARD=2``, the script's words).
+    before: tuple[Token, ...] = ()
 
 
 def find_server(
-    container: Mapping[str, Any], images: Mapping[Server, Sequence[str]]
-) -> _Launch | None:
-    """The inference server the container starts, if any."""
+    container: Mapping[str, Any],
+    images: Mapping[Server, Sequence[str]],
+    servers: Sequence[Server] = SERVERS,
+) -> Launch | None:
+    """The inference server (one of ``servers``) the container starts, if any."""
     command = [str(t) for t in container.get("command") or ()]
     args = [str(t) for t in container.get("args") or ()]
-    tokens = [_Token("command", i, t) for i, t in enumerate(command)]
-    tokens += [_Token("args", i, t) for i, t in enumerate(args)]
+    tokens = [Token("command", i, t) for i, t in enumerate(command)]
+    tokens += [Token("args", i, t) for i, t in enumerate(args)]
     for position, token in enumerate(tokens):
-        found = _started_at(tokens, position)
+        found = _started_at(tokens, position, servers)
         if found is not None:
             return found
         if " " in token.text.strip():
-            script = _script_launch(token.text)
+            script = _script_launch(token.text, servers)
             if script is not None:
                 return script
     image = str(container.get("image", ""))
-    for server in SERVERS:
+    for server in servers:
         if not command and matches(image, images[server]):
-            return _Launch(server, tuple(tokens), f"the entrypoint of {image}", False)
+            return Launch(server, tuple(tokens), f"the entrypoint of {image}", False)
     return None
 
 
-def _started_at(tokens: Sequence[_Token], position: int) -> _Launch | None:
-    if position + 1 >= len(tokens):
-        return None
-    word, following = tokens[position].text, tokens[position + 1].text
+def _started_at(tokens: Sequence[Token], position: int, servers: Sequence[Server]) -> Launch | None:
+    word = tokens[position].text
+    following = tokens[position + 1].text if position + 1 < len(tokens) else None
     program = word.rsplit("/", 1)[-1]
-    for server in SERVERS:
-        if (program, following) in server.programs or (
-            word == "-m" and following in server.modules
+    before = tuple(tokens[:position])
+    for server in servers:
+        if program in server.launchers:
+            how = " ".join(t.text for t in tokens[max(0, position - 1) : position + 1])
+            return Launch(server, tuple(tokens[position + 1 :]), how, False, before)
+        if following is not None and (
+            (program, following) in server.programs
+            or (word == "-m" and following in server.modules)
         ):
             how = " ".join(t.text for t in tokens[max(0, position - 1) : position + 2])
-            return _Launch(server, tuple(tokens[position + 2 :]), how, False)
+            return Launch(server, tuple(tokens[position + 2 :]), how, False, before)
     return None
 
 
-def _script_launch(script: str) -> _Launch | None:
+def _script_launch(script: str, servers: Sequence[Server]) -> Launch | None:
     try:
         words = shlex.split(script)
     except ValueError:
         return None
-    tokens = [_Token("script", i, w) for i, w in enumerate(words)]
+    tokens = [Token("script", i, w) for i, w in enumerate(words)]
     for position in range(len(tokens)):
-        found = _started_at(tokens, position)
+        found = _started_at(tokens, position, servers)
         if found is not None:
-            return _Launch(found.server, found.flags, f"a shell script ({found.how})", True)
+            how = f"a shell script ({found.how})"
+            return Launch(found.server, found.flags, how, True, found.before)
     return None
 
 
-def flag_value(launch: _Launch) -> tuple[_Token, str | None, str] | None:
+def flag_value(launch: Launch) -> tuple[Token, str | None, str] | None:
     """The last setting of the server's flag: (token holding the value, the spelling when
     written as ``--flag=value`` else None, the value); None when absent."""
-    found: tuple[_Token, str | None, str] | None = None
+    found: tuple[Token, str | None, str] | None = None
     flags = launch.flags
     for position, token in enumerate(flags):
         name, equals, value = token.text.partition("=")
@@ -158,16 +190,21 @@ def default_fraction(server: Server, image: str) -> tuple[float, str]:
     return 0.9, "vLLM's default"
 
 
+def server_images(settings: InferenceServers) -> dict[Server, Sequence[str]]:
+    """Images whose entrypoint is each server: the policy's lists, else the built-in ones."""
+    return {
+        VLLM: VLLM.default_images if settings.vllm_images is None else settings.vllm_images,
+        SGLANG: SGLANG.default_images if settings.sglang_images is None else settings.sglang_images,
+        TGI: TGI.default_images,
+    }
+
+
 def size_inference_server(draft: PlanDraft, placement: Placement) -> None:
     """Check (or set) the GPU container's server memory flag against its share."""
     settings = draft.policy.inference_servers
     if settings.memory is ServerMemory.IGNORE:
         return
-    images = {
-        VLLM: VLLM.default_images if settings.vllm_images is None else settings.vllm_images,
-        SGLANG: SGLANG.default_images if settings.sglang_images is None else settings.sglang_images,
-    }
-    launch = find_server(draft.container, images)
+    launch = find_server(draft.container, server_images(settings))
     share = framework_fraction(draft.policy, placement)
     if launch is None or isinstance(share, str):
         return
@@ -177,7 +214,7 @@ def size_inference_server(draft: PlanDraft, placement: Placement) -> None:
 class _Sizing:
     """One server's flag against one share."""
 
-    def __init__(self, draft: PlanDraft, launch: _Launch, share: float) -> None:
+    def __init__(self, draft: PlanDraft, launch: Launch, share: float) -> None:
         self.draft = draft
         self.launch = launch
         self.share = share
@@ -213,7 +250,7 @@ class _Sizing:
             return
         self._set(found, f"{asked:g} ({said})")
 
-    def _set(self, found: tuple[_Token, str | None, str] | None, was: str) -> None:
+    def _set(self, found: tuple[Token, str | None, str] | None, was: str) -> None:
         container = self.draft.container_path
         if found is None:
             path = (*container, "args")

@@ -17,6 +17,7 @@ from webhook.constants import GFD_MEMORY_LABEL
 from webhook.core.draft import PlanDraft, as_mapping
 from webhook.core.edits import Path
 from webhook.core.modes import ModeChanges
+from webhook.core.node_constraints import selector_excluded_by_affinity
 
 _REQUIRED_NODE_AFFINITY: Path = (
     "spec",
@@ -27,13 +28,23 @@ _REQUIRED_NODE_AFFINITY: Path = (
 
 
 def select_nodes(draft: PlanDraft, wanted: Mapping[str, str]) -> None:
+    """The labels in the pod's nodeSelector; one the pod's own nodeSelector holds with
+    another value, or its required node affinity rules out, is a problem (a pod that would
+    never schedule)."""
     current = as_mapping(draft.spec.get("nodeSelector"))
+    affinity = draft.spec.get("affinity")
     for key, value in wanted.items():
         if key in current and current[key] != value:
             draft.problems.append(
                 f"nodeSelector {key}={current[key]} conflicts with {key}={value} that the "
                 f"GPU pool chosen by policy {draft.policy.name!r} needs: remove it from the "
                 "pod."
+            )
+        elif affinity and (excluded := selector_excluded_by_affinity(draft.spec, key, value)):
+            draft.unschedulable.append(
+                f"the pod's required node affinity ({excluded}) rules out {key}={value}, "
+                f"which the GPU pool chosen by policy {draft.policy.name!r} needs: let the "
+                f"affinity admit {key}={value}, or remove {key} from it."
             )
         draft.edits.set(("spec", "nodeSelector", key), value)
         if draft.explaining:

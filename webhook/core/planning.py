@@ -24,6 +24,13 @@ from webhook.constants import (
     MEMORY_ANNOTATION,
     MIRROR_POD_ANNOTATION,
 )
+from webhook.core.container_choice import (
+    ONLY,
+    ContainerChoice,
+    Rule,
+    choose_container,
+    explain_choice,
+)
 from webhook.core.container_env import apply_env, explain_frameworks
 from webhook.core.container_resources import refuse_other_gpu_asks, set_container_resources
 from webhook.core.draft import PlanDraft, as_mapping
@@ -42,6 +49,7 @@ from webhook.core.mode_edits import (
     share_host_ipc,
 )
 from webhook.core.modes import ModeChanges, mode_changes, place_request, whole_gpu_changes
+from webhook.core.node_constraints import refuse_smaller_gpus
 from webhook.core.placement import Placement, format_fraction
 from webhook.core.plan_memos import placement_key, plan_memos
 from webhook.core.policy.model import Mode, Policy, PolicySet
@@ -49,6 +57,7 @@ from webhook.core.policy.schemes import KAI_SCHEDULER
 from webhook.core.policy.selection import select_policy
 from webhook.core.quantity import is_bare_number
 from webhook.core.request import GpuRequest, has_gpu_request, read_request
+from webhook.core.server_parallelism import refuse_short_server
 
 # A gpu-memory number without a unit is MiB; below this it was probably meant as GiB.
 _SMALL_BARE_MIB = 1024
@@ -115,25 +124,44 @@ def plan_pod(
     request = read_request(annotations)
     if isinstance(request, list):
         return Denied(tuple(p.message for p in request), policy.name, UNPROCESSABLE)
-    index = _container_index(spec, request)
-    if isinstance(index, str):
-        return Denied((index,), policy.name, UNPROCESSABLE)
-    draft = PlanDraft(spec, index, policies, policy, explain, annotations, labels)
+    choice = _container_index(spec, request)
+    if isinstance(choice, str):
+        return Denied((choice,), policy.name, UNPROCESSABLE)
+    draft = PlanDraft(spec, choice.index, policies, policy, explain, annotations, labels)
     if explain:
         draft.explanation.append(f"policy: {selection.reason}")
         draft.explanation += [f"  not chosen: {line}" for line in selection.others]
+    if choice is not ONLY:
+        _chosen_container(draft, choice)
     return _plan(draft, request)
 
 
-def _container_index(spec: Mapping[str, Any], request: GpuRequest) -> int | str:
+def _chosen_container(draft: PlanDraft, choice: ContainerChoice) -> None:
+    """A container named or chosen among several: the guess's warning, the explanation, and for
+    KAI-Scheduler, which gives the GPU to the first container unless the annotation names
+    one (NVIDIA/KAI-Scheduler pkg/binder/common/gpu_access.go GetFractionContainerRef),
+    the annotation naming the container chosen here."""
+    if choice.warning is not None:
+        draft.warnings.append(choice.warning)
+    if draft.explaining:
+        names = [str(as_mapping(c).get("name")) for c in draft.spec["containers"]]
+        draft.explanation.append(explain_choice(names, choice))
+    if draft.policy.mode is Mode.KAI and choice.index and choice.rule is not Rule.NAMED:
+        set_annotations(draft, {CONTAINER_ANNOTATION: draft.container_name})
+
+
+def _container_index(spec: Mapping[str, Any], request: GpuRequest) -> ContainerChoice | str:
+    """The GPU container: named by the annotation, else ``container_choice``'s rules."""
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
         return "The pod has no containers to give a GPU to."
-    if request.container_name is None:
-        return 0
+    if request.container_name is None and len(containers) == 1:
+        return ONLY  # the usual pod: no names read
     names = [str(as_mapping(c).get("name")) for c in containers]
+    if request.container_name is None:
+        return choose_container(names)
     if request.container_name in names:
-        return names.index(request.container_name)
+        return ContainerChoice(names.index(request.container_name), Rule.NAMED)
     init_names = [str(as_mapping(c).get("name")) for c in spec.get("initContainers") or ()]
     if request.container_name in init_names:
         return (
@@ -159,6 +187,7 @@ def _plan(draft: PlanDraft, request: GpuRequest) -> Decision:
             )
     if request.is_whole:
         record = _whole_gpus(draft, request)
+        gpus = request.whole_gpus or 0
     else:
         placement = plan_memos(draft.policies).placements.get_or_compute(
             (id(policy), request), place_request, policy, request
@@ -166,14 +195,21 @@ def _plan(draft: PlanDraft, request: GpuRequest) -> Decision:
         if isinstance(placement, list):
             return Denied(tuple(placement), policy.name)
         record = _shared(draft, placement)
+        gpus = placement.devices
+    # An inference server whose parallelism needs more GPUs than the pod (group) gets.
+    too_few = None if draft.problems else refuse_short_server(draft, request, gpus)
+    if too_few is not None:
+        return Denied((too_few,), policy.name, UNPROCESSABLE)
     apply_injections(draft)
     record["policyVersion"] = policy.version
     draft.edits.set(
         ("metadata", "annotations", APPLIED_ANNOTATION),
         orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode(),
     )
-    if draft.problems:
-        return Denied(tuple(draft.problems), policy.name)
+    if draft.problems or draft.unschedulable:
+        # A pod that could never schedule says so with 422, unless policy forbids it too.
+        code = FORBIDDEN if draft.problems else UNPROCESSABLE
+        return Denied((*draft.problems, *draft.unschedulable), policy.name, code)
     warnings = tuple(dict.fromkeys(draft.warnings))  # one note per fact, in order
     return Planned(policy, draft.edits, warnings, record, tuple(draft.explanation))
 
@@ -244,6 +280,7 @@ def _shared(draft: PlanDraft, placement: Placement) -> dict[str, Any]:
     _pod_changes(draft, changes)
     if placement.node_gpu_memory_mib is not None:
         require_gpu_memory(draft, placement.node_gpu_memory_mib)
+        refuse_smaller_gpus(draft, placement)
     apply_env(draft, [*changes.env, *(frameworks.env if frameworks else ())])
     if frameworks is not None:
         if draft.explaining:

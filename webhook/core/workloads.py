@@ -1,16 +1,18 @@
 """Pod templates: the pods a workload's controller will create, checked where they are written.
 
-A Deployment, StatefulSet, DaemonSet, ReplicaSet, ReplicationController, Job, CronJob or
-PodTemplate carries a pod template; its controller creates pods from it later, and only then
-does the mutating webhook see them. Checked only there, a bad ``gpu-fraction`` surfaces as an
-event on a ReplicaSet long after ``kubectl apply`` said "created".
+A Deployment, a Job, a RayCluster, a PyTorchJob, a LeaderWorkerSet, an InferenceService or
+an Argo Workflow carries pod templates (where: ``workload_kinds``); its controller creates
+pods from them later, and only then does the mutating webhook see them. Checked only there,
+a bad ``gpu-fraction`` surfaces as an event on a ReplicaSet or a RayCluster long after
+``kubectl apply`` said "created".
 
-``check_template`` evaluates a template as the pod the controller would create (the
-workload's namespace, the template's metadata, a ``generateName`` from the workload's name)
-with the very core that answers pods, so a template its pods would be denied for is refused
-with the same reasons, and an accepted one says what each pod will get. Templates are never
-changed where they are written: pods are, at creation. What the template would look like as
-the pods get it (``result``, ``patch``) is for the offline CLI.
+``check_workload`` evaluates each template as the pod the controller would create
+(``workload_pods``: the workload's namespace, the template's metadata, the controller's
+name and labels) with the very core that answers pods, so a workload whose pods would be
+denied is refused with the same reasons, and an accepted one says what each pod will get.
+Templates are never changed where they are written: pods are, at creation. What a template
+would look like as the pods get it (``result``, ``patch``) is for the offline CLI, and only
+where the template is written as the pods' own (a PodTemplateSpec).
 """
 
 from __future__ import annotations
@@ -19,45 +21,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.constants import APPLIED_ANNOTATION
+from webhook.constants import REQUEST_ANNOTATIONS
 from webhook.core.draft import as_mapping
+from webhook.core.object_paths import value_at
 from webhook.core.patch import JsonPatch, build_patch, escape_pointer_token
-from webhook.core.planning import Decision, Planned
+from webhook.core.planning import UNPROCESSABLE, Decision, Denied, Planned, Untouched
 from webhook.core.policy.model import PolicySet
 from webhook.core.render import render
+from webhook.core.template_summary import pod_summary
 from webhook.core.verdict import Verdict, mutate
-
-# Kubernetes: "warnings longer than 120 characters may be truncated".
-MAX_WARNING_LENGTH = 119
-_EACH_POD = "each pod will get"
-
-
-@dataclass(frozen=True)
-class WorkloadKind:
-    """A kind that carries a pod template, and where (``spec.template`` for most)."""
-
-    group: str
-    kind: str
-    resource: str
-    path: tuple[str, ...]
-
-    @property
-    def where(self) -> str:
-        return ".".join(self.path)
-
-
-_SPEC_TEMPLATE = ("spec", "template")
-WORKLOAD_KINDS: tuple[WorkloadKind, ...] = (
-    WorkloadKind("apps", "Deployment", "deployments", _SPEC_TEMPLATE),
-    WorkloadKind("apps", "StatefulSet", "statefulsets", _SPEC_TEMPLATE),
-    WorkloadKind("apps", "DaemonSet", "daemonsets", _SPEC_TEMPLATE),
-    WorkloadKind("apps", "ReplicaSet", "replicasets", _SPEC_TEMPLATE),
-    WorkloadKind("batch", "Job", "jobs", _SPEC_TEMPLATE),
-    WorkloadKind("", "ReplicationController", "replicationcontrollers", _SPEC_TEMPLATE),
-    WorkloadKind("batch", "CronJob", "cronjobs", ("spec", "jobTemplate", "spec", "template")),
-    WorkloadKind("", "PodTemplate", "podtemplates", ("template",)),
+from webhook.core.workload_kinds import (
+    Shape,
+    TemplateAt,
+    TooManyTemplatesError,
+    WorkloadKind,
+    kind_table,
+    templates_at,
 )
-_BY_GROUP_KIND = {(k.group, k.kind): k for k in WORKLOAD_KINDS}
+from webhook.core.workload_pods import owner_name, template_pod
 
 
 def api_group(api_version: Any) -> str | None:
@@ -67,36 +48,58 @@ def api_group(api_version: Any) -> str | None:
     return api_version.rpartition("/")[0]
 
 
-def workload_kind(group: str | None, kind: Any) -> WorkloadKind | None:
-    """The workload kind of ``group``/``kind``, or None for anything without a pod template.
+def kinds_read(policies: PolicySet | None = None) -> tuple[WorkloadKind, ...]:
+    """Every kind read: the built-in table, then the policy settings' own kinds."""
+    return kind_table(policies.workload_kinds if policies is not None else ()).kinds
 
-    Any version of the group: the template sits at the same path in every version.
+
+def workload_kind(
+    group: str | None, kind: Any, policies: PolicySet | None = None
+) -> WorkloadKind | None:
+    """The workload kind of ``group``/``kind``, or None for anything without pod templates.
+
+    Any version of the group: the templates sit at the same paths in every version read.
     """
-    if group is None or not isinstance(kind, str):
-        return None
-    return _BY_GROUP_KIND.get((group, kind))
+    return kind_table(policies.workload_kinds if policies is not None else ()).get(group, kind)
 
 
 def pod_template(workload: Mapping[str, Any], kind: WorkloadKind) -> Any:
-    """What sits at the kind's template path (None where any step is missing)."""
-    value: Any = workload
-    for key in kind.path:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return value
+    """What sits at the kind's first template path (None where any step is missing)."""
+    return value_at(workload, kind.path)
 
 
 def template_changed(
     old: Mapping[str, Any] | None, new: Mapping[str, Any], kind: WorkloadKind
 ) -> bool:
-    """Whether an update touches the pod template (scaling, labels, a controller's own
-    annotations and finalizer changes do not, and are no business of gpushare's)."""
-    return old is None or pod_template(old, kind) != pod_template(new, kind)
+    """Whether an update touches a pod template, or the metadata its pods take from the
+    owner (scaling, a controller's own annotations and finalizer changes do not, and are
+    no business of gpushare's)."""
+    if old is None:
+        return True
+    if _request_annotations(old) != _request_annotations(new):
+        return True
+    try:
+        before, after = templates_at(old, kind), templates_at(new, kind)
+    except TooManyTemplatesError:
+        return True
+    if [(t.path, t.value) for t in before] != [(t.path, t.value) for t in after]:
+        return True
+    owner_fed = any(site.owner_metadata for site in kind.sites)
+    return owner_fed and _metadata_of(old) != _metadata_of(new)
+
+
+def _metadata_of(document: Mapping[str, Any]) -> tuple[Any, Any]:
+    metadata = as_mapping(document.get("metadata"))
+    return metadata.get("labels"), metadata.get("annotations")
+
+
+def _request_annotations(document: Mapping[str, Any]) -> dict[str, Any]:
+    annotations = as_mapping(as_mapping(document.get("metadata")).get("annotations"))
+    return {key: annotations[key] for key in REQUEST_ANNOTATIONS if key in annotations}
 
 
 def controller_pod(template: Mapping[str, Any], namespace: str, owner: str) -> dict[str, Any]:
-    """The pod a controller creates from ``template``: its metadata and spec, in the
+    """The pod a controller creates from a PodTemplateSpec: its metadata and spec, in the
     workload's namespace, named from the workload (``<owner>-`` plus a suffix)."""
     metadata = dict(as_mapping(template.get("metadata")))
     metadata.pop("name", None)
@@ -114,17 +117,19 @@ def controller_pod(template: Mapping[str, Any], namespace: str, owner: str) -> d
 
 @dataclass(frozen=True)
 class TemplateVerdict:
-    """The answer for a workload: its pods' verdict, told about the template.
+    """The answer for one pod template: its pods' verdict, told about the template.
 
-    ``summary`` says what each pod will get; ``result`` is the workload with its template as
-    the pods will be admitted (None when denied) and ``patch`` turns the workload into it.
+    ``summary`` says what each pod will get; ``planned`` is the template as the pods will be
+    admitted (exact templates only; None when denied) and ``patch`` turns the workload's
+    template into it.
     """
 
     kind: WorkloadKind
     name: str
+    at: TemplateAt
     pod: Verdict
     summary: tuple[str, ...] = ()
-    result: dict[str, Any] | None = None
+    planned: Any = None
     patch: JsonPatch = field(default_factory=list)
 
     @property
@@ -148,17 +153,28 @@ class TemplateVerdict:
         return self.pod.decision
 
     @property
+    def role(self) -> str:
+        return self.at.role
+
+    @property
+    def lead(self) -> str:
+        """What this template's lines start with where the kind has several roles."""
+        return f"{self.role}: " if self.role else ""
+
+    @property
     def warnings(self) -> tuple[str, ...]:
         """What each pod will get, then what the pod itself would be warned about."""
-        return tuple(dict.fromkeys((*self.summary, *self.pod.warnings)))
+        own = tuple(self.lead + line for line in self.pod.warnings)
+        return tuple(dict.fromkeys((*self.summary, *own)))
 
     @property
     def denial_prefix(self) -> str:
-        return f"pod template of {self.kind.kind} {self.name!r}:"
+        role = f" ({self.role})" if self.role else ""
+        return f"pod template of {self.kind.kind} {self.name!r}{role}:"
 
     @property
     def admission_reasons(self) -> tuple[str, ...]:
-        """The pod's reasons after a prefix saying they are about this workload's template."""
+        """The pod's reasons after a prefix saying they are about this template."""
         return (self.denial_prefix, *self.reasons)
 
 
@@ -167,156 +183,199 @@ def check_template(
     kind: WorkloadKind,
     namespace: str,
     policies: PolicySet,
+    at: TemplateAt,
     *,
     explain: bool = False,
 ) -> TemplateVerdict | None:
-    """Evaluate the workload's pod template as its pods; None when it carries none."""
-    template = pod_template(workload, kind)
-    if not isinstance(template, dict):
+    """Evaluate one template as its pods; None when it makes no pod of the user's."""
+    pod = template_pod(workload, kind, at, namespace)
+    if pod is None:
         return None
-    metadata = as_mapping(workload.get("metadata"))
-    name = str(metadata.get("name") or metadata.get("generateName") or "")
-    pod = controller_pod(template, namespace, name)
+    name = owner_name(workload)
     verdict = mutate(pod, namespace, policies, explain=explain)
-    if not verdict.allowed:
-        return TemplateVerdict(kind, name, verdict)
     decision = verdict.decision
-    if not isinstance(decision, Planned):
-        return TemplateVerdict(kind, name, verdict, result=dict(workload))
-    planned = render(template, decision.edits)
-    pointer = "".join("/" + escape_pointer_token(key) for key in kind.path)
-    patch = [{**op, "path": pointer + op["path"]} for op in build_patch(template, decision.edits)]
-    return TemplateVerdict(
-        kind,
-        name,
-        verdict,
-        summary=pod_summary(decision.record, template, planned),
-        result=_replaced(workload, kind.path, planned),
-        patch=patch,
-    )
+    if not verdict.allowed or not isinstance(decision, Planned):
+        return TemplateVerdict(kind, name, at, verdict, planned=at.value)
+    prefix = f"{at.role}: " if at.role else ""
+    summary = pod_summary(decision.record, pod, render(pod, decision.edits), prefix)
+    if not at.site.exact:
+        return TemplateVerdict(kind, name, at, verdict, summary, planned=at.value)
+    planned = render(at.value, decision.edits)
+    pointer = "".join("/" + escape_pointer_token(str(key)) for key in at.path)
+    patch = [{**op, "path": pointer + op["path"]} for op in build_patch(at.value, decision.edits)]
+    return TemplateVerdict(kind, name, at, verdict, summary, planned, patch)
 
 
-def _replaced(document: Mapping[str, Any], path: Sequence[str], value: Any) -> dict[str, Any]:
-    """A copy of ``document`` with ``value`` at ``path``, copying only the objects on it."""
-    result = dict(document)
-    if len(path) == 1:
-        result[path[0]] = value
-    else:
-        result[path[0]] = _replaced(as_mapping(document.get(path[0])), path[1:], value)
-    return result
+@dataclass(frozen=True)
+class WorkloadVerdict:
+    """The answer for a workload: each of its templates' verdicts, and what gpushare has to
+    say about the workload itself (the annotation in the wrong place, what it cannot model)."""
 
+    kind: WorkloadKind
+    name: str
+    document: Mapping[str, Any]
+    templates: tuple[TemplateVerdict, ...]
+    notes: tuple[str, ...] = ()
+    problem: Verdict | None = None  # the workload itself refused (too many templates)
 
-# -- what each pod will get, in warnings short enough for kubectl ---------------------------
+    @property
+    def denied(self) -> tuple[TemplateVerdict, ...]:
+        return tuple(t for t in self.templates if not t.allowed)
 
+    @property
+    def allowed(self) -> bool:
+        return self.problem is None and not self.denied
 
-def pod_summary(
-    record: Mapping[str, Any], before: Mapping[str, Any], after: Mapping[str, Any]
-) -> tuple[str, ...]:
-    """Warnings saying what planning gives each pod of a template: the GPU resource and
-    its share, then the nodeSelector, env and anything else it adds, packed into lines of at
-    most 119 characters."""
-    old_spec, new_spec = as_mapping(before.get("spec")), as_mapping(after.get("spec"))
-    container = str(record.get("container", ""))
-    lines = [_resource_line(record, container)]
-    old_selector = as_mapping(old_spec.get("nodeSelector"))
-    selector = [
-        f"{key}={value}"
-        for key, value in as_mapping(new_spec.get("nodeSelector")).items()
-        if old_selector.get(key) != value
-    ]
-    lines += _packed(f"{_EACH_POD} nodeSelector ", selector)
-    env = _env_changes(_container(old_spec, container), _container(new_spec, container))
-    lines += _packed(f"{_EACH_POD} env ", env)
-    others = _other_changes(old_spec, new_spec) + _metadata_changes(before, after)
-    lines += _packed("each pod will also get ", others)
-    return tuple(lines)
+    @property
+    def code(self) -> int:
+        if self.problem is not None:
+            return self.problem.code
+        return self.denied[0].code if self.denied else 200
 
+    @property
+    def policy(self) -> str | None:
+        chosen = self.denied or self.templates
+        return next((t.policy for t in chosen if t.policy), None)
 
-def _resource_line(record: Mapping[str, Any], container: str) -> str:
-    count = record.get("slots", record.get("gpus"))
-    details = []
-    share = f"{record['fraction']} of a GPU" if "fraction" in record else ""
-    if "pool" in record:
-        share = f"{share} on pool {record['pool']}".strip()
-    if share:
-        details.append(share)
-    mode = record.get("mode")
-    details.append("whole GPUs" if mode == "whole-gpu" else str(mode))
-    if "policy" in record:
-        details.append(f"policy {record['policy']}")
-    return (
-        f'{_EACH_POD} {record.get("resource")}: {count} in container "{container}" '
-        f"({', '.join(details)})"
-    )
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Every denied template's reasons, each led by its role where the kind has roles."""
+        if self.problem is not None:
+            return self.problem.reasons
+        return tuple(t.lead + reason for t in self.denied for reason in t.reasons)
 
+    @property
+    def admission_reasons(self) -> tuple[str, ...]:
+        if self.problem is not None:
+            return (f"{self.kind.kind} {self.name!r}:", *self.problem.reasons)
+        return tuple(line for t in self.denied for line in t.admission_reasons)
 
-def _container(spec: Mapping[str, Any], name: str) -> Mapping[str, Any]:
-    for container in spec.get("containers") or ():
-        if as_mapping(container).get("name") == name:
-            return as_mapping(container)
-    return as_mapping(None)
+    @property
+    def summary(self) -> tuple[str, ...]:
+        """What each pod of each template will get."""
+        return tuple(line for t in self.templates for line in t.summary)
 
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        lines = [line for t in self.templates for line in t.warnings]
+        return tuple(dict.fromkeys((*lines, *self.notes)))
 
-def _env_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
-    old = {as_mapping(entry).get("name"): as_mapping(entry) for entry in before.get("env") or ()}
-    changes = []
-    for item in after.get("env") or ():
-        entry = as_mapping(item)
-        if old.get(entry.get("name")) == entry:
-            continue
-        value = entry.get("value")
-        changes.append(f"{entry.get('name')}={value}" if value is not None else entry.get("name"))
-    return [str(change) for change in changes]
-
-
-def _other_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
-    """Spec changes beyond resources, nodeSelector and env, named briefly."""
-    notes = []
-    if after.get("hostIPC") and not before.get("hostIPC"):
-        notes.append("hostIPC")
-    old_volumes = {as_mapping(v).get("name") for v in before.get("volumes") or ()}
-    notes += [
-        f"volume {as_mapping(v).get('name')}"
-        for v in after.get("volumes") or ()
-        if as_mapping(v).get("name") not in old_volumes
-    ]
-    old_tolerations = list(before.get("tolerations") or ())
-    notes += [
-        f"toleration {as_mapping(t).get('key') or '*'}"
-        for t in after.get("tolerations") or ()
-        if t not in old_tolerations
-    ]
-    covered = {"containers", "nodeSelector", "hostIPC", "volumes", "tolerations"}
-    notes += [
-        f"spec.{key}" for key in after if key not in covered and after.get(key) != before.get(key)
-    ]
-    return notes
-
-
-def _metadata_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
-    """Labels and annotations a policy injects (the record of what was applied aside)."""
-    old, new = as_mapping(before.get("metadata")), as_mapping(after.get("metadata"))
-    notes = []
-    for section, noun in (("labels", "label"), ("annotations", "annotation")):
-        old_values = as_mapping(old.get(section))
-        notes += [
-            f"{noun} {key}={value}"
-            for key, value in as_mapping(new.get(section)).items()
-            if old_values.get(key) != value and key != APPLIED_ANNOTATION
+    @property
+    def decision(self) -> Decision | None:
+        """One decision for the whole workload: the only template's, else denied when any
+        template is, untouched when all are, else the first planned one."""
+        if self.problem is not None:
+            return self.problem.decision
+        if len(self.templates) == 1:
+            return self.templates[0].decision
+        if self.denied:
+            return Denied(self.reasons, self.denied[0].policy or "", self.code)
+        planned = [t.decision for t in self.templates if isinstance(t.decision, Planned)]
+        if planned:
+            return planned[0]
+        reasons = [
+            t.lead + t.decision.reason for t in self.templates if isinstance(t.decision, Untouched)
         ]
-    return notes
+        return Untouched("; ".join(reasons) or "no pod template")
+
+    @property
+    def patch(self) -> JsonPatch:
+        return [op for t in self.templates for op in t.patch] if self.allowed else []
+
+    @property
+    def result(self) -> dict[str, Any] | None:
+        """The workload with every exact template as its pods will be admitted; None when
+        denied."""
+        if not self.allowed:
+            return None
+        result: Any = dict(self.document)
+        for template in self.templates:
+            if template.at.site.exact and template.planned is not template.at.value:
+                result = _replaced(result, template.at.path, template.planned)
+        return dict(result)
 
 
-def _packed(head: str, items: Sequence[str]) -> list[str]:
-    """``head`` + items joined by commas, in as few lines as fit 119 characters each."""
-    lines: list[str] = []
-    current: list[str] = []
-    for item in items:
-        candidate = head + ", ".join([*current, item])
-        if current and len(candidate) > MAX_WARNING_LENGTH:
-            lines.append(head + ", ".join(current))
-            current = []
-        current.append(item)
-    if current:
-        lines.append(head + ", ".join(current))
-    return lines
+def check_workload(
+    workload: Mapping[str, Any],
+    kind: WorkloadKind,
+    namespace: str,
+    policies: PolicySet,
+    *,
+    explain: bool = False,
+) -> WorkloadVerdict | None:
+    """Every template of the workload evaluated as its pods; None when it holds none and
+    says nothing about the annotation being misplaced."""
+    name = owner_name(workload)
+    notes = list(misplaced_annotation(workload, kind))
+    if not kind.sites:  # its pods are written elsewhere (a TrainJob's runtime): say where
+        return WorkloadVerdict(kind, name, workload, (), (kind.note,))
+    try:
+        found = templates_at(workload, kind)
+    except TooManyTemplatesError as error:
+        reasons = (f"{kind.kind} {name!r} {error}",)
+        refused = Denied(reasons, None, UNPROCESSABLE)
+        problem = Verdict(False, reasons=reasons, code=UNPROCESSABLE, decision=refused)
+        return WorkloadVerdict(kind, name, workload, (), tuple(notes), problem)
+    checked = [
+        check_template(workload, kind, namespace, policies, at, explain=explain) for at in found
+    ]
+    templates = tuple(t for t in checked if t is not None)
+    if not templates and not notes:
+        return None
+    if any(not isinstance(t.decision, Untouched) for t in templates):
+        notes += modelling_notes(workload, kind, templates)
+    return WorkloadVerdict(kind, name, workload, templates, tuple(dict.fromkeys(notes)))
+
+
+def misplaced_annotation(workload: Mapping[str, Any], kind: WorkloadKind) -> tuple[str, ...]:
+    """A request annotation on the workload's own metadata, where it does nothing (its
+    pods take their annotations from the templates), said with where it must go."""
+    if any(site.owner_metadata for site in kind.sites):
+        return ()
+    annotations = as_mapping(as_mapping(workload.get("metadata")).get("annotations"))
+    found = [key for key in REQUEST_ANNOTATIONS if key in annotations]
+    if not found:
+        return ()
+    if not kind.sites:
+        return (f"{found[0]} on the {kind.kind} itself does nothing",)
+    if len(kind.sites) == 1:
+        where = f"{kind.sites[0].where}.metadata.annotations"
+    else:
+        where = "the pod templates' metadata.annotations: " + ", ".join(
+            site.where for site in kind.sites
+        )
+    return (f"{found[0]} on the {kind.kind} itself does nothing: put it in {where}",)
+
+
+def modelling_notes(
+    workload: Mapping[str, Any], kind: WorkloadKind, templates: Sequence[TemplateVerdict]
+) -> list[str]:
+    """What gpushare cannot know exactly about these pods, said with the verdict."""
+    notes = [kind.note] if kind.note else []
+    for template in templates:
+        site = template.at.site
+        if site.note and isinstance(template.decision, Planned):
+            notes.append(template.lead + site.note)
+        if site.shape is Shape.ARGO_TEMPLATE:
+            workflow = value_at(workload, template.at.path[:-2])
+            patched = isinstance(template.at.value, dict) and "podSpecPatch" in template.at.value
+            if patched or (isinstance(workflow, dict) and "podSpecPatch" in workflow):
+                notes.append(
+                    f"{template.lead}podSpecPatch is applied by Argo when the pod is made and "
+                    "is not read here: the pod is checked again at creation"
+                )
+    return list(dict.fromkeys(notes))
+
+
+def _replaced(document: Any, path: Sequence[str | int], value: Any) -> Any:
+    """A copy of ``document`` with ``value`` at ``path``, copying only the objects on it."""
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    if isinstance(document, list) and isinstance(head, int):
+        items = list(document)
+        items[head] = _replaced(items[head], rest, value)
+        return items
+    result = dict(as_mapping(document))
+    result[str(head)] = _replaced(result.get(str(head)), rest, value)
+    return result

@@ -20,16 +20,12 @@ ValidatingAdmissionPolicy evaluated inside the apiserver (``validating_policy``)
 second webhook call; ``validating_webhook="pods"`` adds the pod validating webhook back for
 what only it can check. Both share the filters above.
 
-Workloads: the ValidatingWebhookConfiguration also registers the kinds that carry a pod
-template (CREATE and UPDATE), one webhook per place the template sits, because a
-matchCondition must hold for every kind its rules match: ``spec.template`` (Deployment,
-StatefulSet, DaemonSet, ReplicaSet, Job, ReplicationController),
-``spec.jobTemplate.spec.template`` (CronJob) and ``template`` (PodTemplate). Their
-matchConditions send only templates carrying the annotations, every step guarded by
-``has()`` (a missing field is an evaluation error, which the failurePolicy would decide).
-Their failurePolicy is always Ignore: the check is early feedback, the pods are still
-checked at creation under the configured failurePolicy, and an outage of gpushare must not
-block editing or scaling down a workload.
+Workloads: the ValidatingWebhookConfiguration also registers the kinds that carry pod
+templates (CREATE and UPDATE): Kubernetes' own and the operators' (KubeRay, Kubeflow,
+LeaderWorkerSet, JobSet, KServe, Argo) from the core's table, one webhook per match
+condition (``template_webhooks``). Their failurePolicy is always Ignore: the check is early
+feedback, the pods are still checked at creation under the configured failurePolicy, and an
+outage of gpushare must not block editing or scaling down a workload.
 """
 
 from __future__ import annotations
@@ -50,7 +46,9 @@ from webhook.constants import (
     REQUEST_ANNOTATIONS,
     SHARED_GPU_RESOURCE,
 )
+from webhook.core import WorkloadKind, builtin_kinds
 from webhook.errors import GpushareError
+from webhook.install.template_webhooks import TemplateWebhook, template_webhooks
 from webhook.install.validating_policy import DEFAULT_VALIDATION_ACTIONS
 
 CONFIGURATION_NAME = "gpushare"
@@ -61,34 +59,6 @@ VALIDATE_PATH = "/validate"
 WORKLOAD_FAILURE_POLICY = "Ignore"
 WORKLOAD_OPERATIONS = ["CREATE", "UPDATE"]
 
-
-@dataclass(frozen=True)
-class TemplateWebhook:
-    """One validating webhook for the workload kinds whose template sits at ``path``."""
-
-    name: str
-    path: tuple[str, ...]
-    # (API group, resources) pairs, all at version v1.
-    resources: tuple[tuple[str, tuple[str, ...]], ...]
-
-
-TEMPLATE_WEBHOOKS: tuple[TemplateWebhook, ...] = (
-    TemplateWebhook(
-        "workloads.gpushare.io",
-        ("spec", "template"),
-        (
-            ("apps", ("deployments", "statefulsets", "daemonsets", "replicasets")),
-            ("batch", ("jobs",)),
-            ("", ("replicationcontrollers",)),
-        ),
-    ),
-    TemplateWebhook(
-        "cronjobs.gpushare.io",
-        ("spec", "jobTemplate", "spec", "template"),
-        (("batch", ("cronjobs",)),),
-    ),
-    TemplateWebhook("podtemplates.gpushare.io", ("template",), (("", ("podtemplates",)),)),
-)
 
 # The annotations a developer writes; kept here rather than imported from the core so the
 # configuration stays printable without loading policies.
@@ -137,6 +107,8 @@ class WebhookSettings:
     # The ValidatingAdmissionPolicy and its binding (the pods' safety net), and its actions.
     safety_net_policy: bool = True
     validation_actions: tuple[str, ...] = DEFAULT_VALIDATION_ACTIONS
+    # The kinds whose pod templates are checked: the core's table and the policies' own.
+    workload_kinds: tuple[WorkloadKind, ...] = field(default_factory=builtin_kinds)
 
 
 def _cel_string(value: str) -> str:
@@ -148,16 +120,6 @@ def _cel_string(value: str) -> str:
 def _annotations_contain_any(keys: Iterable[str]) -> str:
     tests = " || ".join(f"{_cel_string(key)} in object.metadata.annotations" for key in keys)
     return f"has(object.metadata.annotations) && ({tests})"
-
-
-def annotated_template_expression(path: Sequence[str]) -> str:
-    """True for objects whose pod template at ``path`` carries the annotations; every step
-    guarded by ``has()``, so an object without the field is false, not an error."""
-    steps = ["object", *path, "metadata", "annotations"]
-    guards = [f"has({'.'.join(steps[: i + 1])})" for i in range(1, len(steps))]
-    annotations = ".".join(steps)
-    tests = " || ".join(f"{_cel_string(key)} in {annotations}" for key in REQUEST_ANNOTATIONS)
-    return " && ".join([*guards, f"({tests})"])
 
 
 def not_mirror_pod_expression() -> str:
@@ -308,7 +270,7 @@ def validating_configuration(settings: WebhookSettings) -> dict[str, Any]:
         webhook = _common_webhook(settings, VALIDATING_WEBHOOK_NAME, VALIDATE_PATH)
         webhook["matchConditions"] = pod_match_conditions(settings)
         webhooks.append(webhook)
-    webhooks += (template_webhook(settings, t) for t in TEMPLATE_WEBHOOKS)
+    webhooks += (template_webhook(settings, t) for t in template_webhooks(settings.workload_kinds))
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
@@ -319,23 +281,11 @@ def validating_configuration(settings: WebhookSettings) -> dict[str, Any]:
 
 def template_webhook(settings: WebhookSettings, template: TemplateWebhook) -> dict[str, Any]:
     """The validating webhook that checks the pod templates of some workload kinds."""
-    rules = [
-        {
-            "apiGroups": [group],
-            "apiVersions": ["v1"],
-            "operations": list(WORKLOAD_OPERATIONS),
-            "resources": list(resources),
-            "scope": "Namespaced",
-        }
-        for group, resources in template.resources
-    ]
+    rules = template.rules(WORKLOAD_OPERATIONS)
     webhook = _common_webhook(settings, template.name, VALIDATE_PATH, rules)
     webhook["failurePolicy"] = WORKLOAD_FAILURE_POLICY
     webhook["matchConditions"] = [
-        {
-            "name": "template-requests-gpu-share",
-            "expression": annotated_template_expression(template.path),
-        }
+        {"name": "template-requests-gpu-share", "expression": template.expression}
     ]
     return webhook
 

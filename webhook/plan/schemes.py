@@ -93,9 +93,11 @@ def schemes(policies: PolicySet, names: Sequence[str] = ()) -> list[Scheme]:
 
 
 def _decide(workload: Workload, policies: PolicySet) -> Any:
-    if workload.kind is None:
+    if workload.kind is None or workload.at is None:
         return mutate(workload.document, workload.namespace, policies).decision
-    verdict = check_template(workload.document, workload.kind, workload.namespace, policies)
+    verdict = check_template(
+        workload.document, workload.kind, workload.namespace, policies, workload.at
+    )
     return None if verdict is None else verdict.decision
 
 

@@ -1,9 +1,10 @@
 """What a team runs, as gpushare plan sees it: one pod (or pod template) and how many.
 
 Every input (manifests, a live cluster, a CSV table) becomes ``Workload``s; the schemes
-then put each through the core as the cluster would. ``kind`` is the workload kind whose
-template makes the pods (None for a Pod), so a template is checked exactly as ``gpushare
-mutate`` and the validating webhook check it (``webhook.core.check_template``).
+then put each through the core as the cluster would. ``kind`` is the workload kind and
+``at`` the template that makes the pods (None for a Pod; a RayCluster's head and each worker
+group are workloads of their own), so a template is checked exactly as ``gpushare mutate``
+and the validating webhook check it (``webhook.core.check_template``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from webhook.core import WorkloadKind
+from webhook.core import TemplateAt, WorkloadKind
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class Workload:
     source: str  # file:line, csv:line, or cluster
     kind: WorkloadKind | None = None
     note: str = ""  # what the count could not know (a DaemonSet's nodes), said once
+    at: TemplateAt | None = None  # which of the workload's templates makes these pods
 
     @functools.cached_property
     def same_pods_key(self) -> bytes:
@@ -41,7 +43,10 @@ class Workload:
             metadata.pop(key, None)
         document["metadata"] = metadata
         kind = self.kind.kind if self.kind else "Pod"
+        where = self.at.where if self.at else ""
         try:
-            return orjson.dumps([self.namespace, kind, document], option=orjson.OPT_SORT_KEYS)
+            return orjson.dumps(
+                [self.namespace, kind, where, document], option=orjson.OPT_SORT_KEYS
+            )
         except orjson.JSONEncodeError:  # an integer past 64 bits: decided on its own
             return f"unshared:{id(self)}".encode()

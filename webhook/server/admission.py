@@ -6,7 +6,7 @@
   looked at (anything else is allowed unchanged), a pod whose field types the core cannot
   read is a 400, and a worker with no policies loaded answers 503 rather than guess. The
   core's ``Verdict`` becomes an ``AdmissionResponse``.
-- Workloads (Deployment, Job, CronJob, ... : ``webhook.core.WORKLOAD_KINDS``) are the
+- Workloads (Deployment, Job, RayCluster, ... : ``webhook.core.workload_kinds``) are the
   validating endpoint's too: a template check is validation, and templates are never
   patched. On CREATE, and on an UPDATE that changes the pod template, the template is
   evaluated as the pods it will make: denied with their reasons after a prefix naming the
@@ -26,15 +26,19 @@ from typing import Any
 
 from webhook.core import (
     PolicySet,
-    TemplateVerdict,
+    Shape,
+    TooManyTemplatesError,
     Untouched,
     Verdict,
-    check_template,
+    WorkloadKind,
+    WorkloadVerdict,
+    check_workload,
     mutate,
     pod_shape_problem,
     pod_size_problem,
-    pod_template,
     template_changed,
+    template_pod,
+    templates_at,
     validate,
     workload_kind,
 )
@@ -102,40 +106,65 @@ _WORKLOAD_OPERATIONS = ("CREATE", "UPDATE")
 
 
 def _handle_workload(request: AdmissionRequest, store: PolicyStore) -> AdmissionResponse:
-    """A workload's pod template, checked as its pods; anything else is allowed unchanged."""
-    kind = workload_kind(request.group, request.kind)
-    if kind is None or request.sub_resource or request.operation not in _WORKLOAD_OPERATIONS:
+    """A workload's pod templates, checked as its pods; anything else is allowed unchanged."""
+    if request.sub_resource or request.operation not in _WORKLOAD_OPERATIONS:
+        return allowed(outcome=Outcome.SKIPPED)
+    policies = store.policies
+    kind = workload_kind(request.group, request.kind, policies)
+    if kind is None:
         return allowed(outcome=Outcome.SKIPPED)
     workload = request.object
     if workload is None:
         return errored(400, f"request.object is missing for a {kind.kind} {request.operation}.")
     if request.operation == "UPDATE" and not template_changed(request.old_object, workload, kind):
         return allowed(outcome=Outcome.SKIPPED)
-    template = pod_template(workload, kind)
-    if template is None:
-        return allowed(outcome=Outcome.SKIPPED)
-    root = f"request.object.{kind.where}"
-    if type(template) is not dict:
-        return errored(400, f"{root} must be an object.")
-    problem = pod_shape_problem(template, root)
+    # A cluster-scoped kind's templates make pods in the namespaces of the objects that use
+    # them; they are read as if in the default namespace (the kind's note says so).
+    namespace = request.namespace or "default"
+    problem = _template_problem(workload, kind, namespace)
     if problem is not None:
-        return errored(400, problem)
-    too_large = pod_size_problem(template, root)
-    if too_large is not None:
-        return denied(422, [too_large])
-    policies = store.policies
+        return problem
     if policies is None:
         return errored(503, "No valid policies are loaded yet; see /readyz for the problems.")
-    checked = check_template(workload, kind, request.namespace, policies)
-    if checked is None:  # not reached: the template is an object
+    checked = check_workload(workload, kind, namespace, policies)
+    if checked is None:
         return allowed(outcome=Outcome.SKIPPED)
-    return _template_response(checked)
+    return _workload_response(checked)
 
 
-def _template_response(checked: TemplateVerdict) -> AdmissionResponse:
+def _template_problem(
+    workload: Mapping[str, Any], kind: WorkloadKind, namespace: str
+) -> AdmissionResponse | None:
+    """A template the core cannot read: its field types (400) or its size (422)."""
+    try:
+        found = templates_at(workload, kind)
+    except TooManyTemplatesError:
+        return None  # check_workload refuses it, saying why
+    for at in found:
+        root = f"request.object.{at.where}"
+        if type(at.value) is not dict:
+            return errored(400, f"{root} must be an object.")
+        pod = (
+            at.value
+            if at.site.shape is Shape.POD_TEMPLATE
+            else template_pod(workload, kind, at, namespace)
+        )
+        if pod is None:
+            continue
+        problem = pod_shape_problem(pod, root)
+        if problem is not None:
+            return errored(400, problem)
+        too_large = pod_size_problem(pod, root)
+        if too_large is not None:
+            return denied(422, [too_large])
+    return None
+
+
+def _workload_response(checked: WorkloadVerdict) -> AdmissionResponse:
     if not checked.allowed:
-        return denied(checked.code, checked.admission_reasons, checked.pod.warnings, checked.policy)
-    if isinstance(checked.decision, Untouched):
+        own = [w for t in checked.denied for w in t.pod.warnings]
+        return denied(checked.code, checked.admission_reasons, own, checked.policy)
+    if all(isinstance(t.decision, Untouched) for t in checked.templates) and not checked.notes:
         return allowed(checked.warnings, outcome=Outcome.SKIPPED, policy=checked.policy)
     return allowed(checked.warnings, policy=checked.policy)
 

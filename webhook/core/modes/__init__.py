@@ -61,6 +61,13 @@ def whole_gpu_changes(policy: Policy, count: int) -> ModeChanges | str:
     return ModeChanges(resources=mode.whole_gpus(policy, count))
 
 
+def shares_several_gpus(policy: Policy) -> bool:
+    """Whether the policy's mode gives a share on each of several GPUs
+    (gpu-fraction-num-devices above 1); the others give a share of one GPU."""
+    mode = MODES[policy.mode]
+    return isinstance(mode, SchemeMode) and mode.several_devices
+
+
 def mode_profile(policy: Policy) -> ModeProfile:
     """What the policy's sharing mode isolates and needs on the nodes."""
     return MODES[policy.mode].profile(policy)
@@ -78,6 +85,7 @@ __all__ = [
     "mode_profile",
     "namespace_templates",
     "place_request",
+    "shares_several_gpus",
     "whole_gpu_changes",
     "whole_gpu_resources",
 ]

@@ -24,6 +24,7 @@ from webhook.core.policy.model import API_VERSION, POLICY_KIND, SETTINGS_KIND, P
 from webhook.core.policy.rules import check
 from webhook.core.policy.schema import POLICY_SCHEMA, SETTINGS_SCHEMA
 from webhook.core.policy.yaml_reader import compose_documents, load_documents
+from webhook.core.workload_kinds import WorkloadKind, builtin_kinds, kind_from_data
 from webhook.errors import PolicyError
 
 _POLICY_VALIDATOR = Draft202012Validator(POLICY_SCHEMA)
@@ -124,6 +125,7 @@ def load_policy_texts(texts: Iterable[tuple[str, str]]) -> PolicySet:
     # Where each policy was written, for problems found across policies.
     origins: dict[int, tuple[str, yaml.Node]] = {}
     excluded: set[str] | None = None
+    kinds: list[WorkloadKind] = []
     sources: list[str] = []
     for source, text in texts:
         sources.append(source)
@@ -134,6 +136,7 @@ def load_policy_texts(texts: Iterable[tuple[str, str]]) -> PolicySet:
                     excluded = (excluded or set()) | set(
                         document["spec"].get("excludeNamespaces", [])
                     )
+                    kinds += _workload_kinds(document, node, source, prefix, problems, kinds)
             elif _validate(_POLICY_VALIDATOR, document, node, source, prefix, problems):
                 policy = _build_policy(document, node, source, prefix, problems)
                 if policy is not None:
@@ -149,7 +152,42 @@ def load_policy_texts(texts: Iterable[tuple[str, str]]) -> PolicySet:
         policies=tuple(policies),
         excluded_namespaces=frozenset((*namespaces, *ALWAYS_EXCLUDED_NAMESPACES)),
         sources=tuple(sources),
+        workload_kinds=tuple(kinds),
     )
+
+
+def _workload_kinds(
+    document: dict[str, Any],
+    node: yaml.Node,
+    source: str,
+    prefix: str,
+    problems: _Problems,
+    known: list[WorkloadKind],
+) -> list[WorkloadKind]:
+    """The settings' own workload kinds; a problem for each that cannot be read or that
+    names a kind gpushare already reads."""
+    taken = {(k.group, k.kind) for k in (*builtin_kinds(), *known)}
+    kinds = []
+    for index, entry in enumerate(document["spec"].get("workloadKinds", [])):
+        path = ("spec", "workloadKinds", index)
+        line = _line_of(node, path)
+        try:
+            kind = kind_from_data(entry, custom=True)
+        except ValueError as error:
+            problems.add(source, _join(prefix, path), str(error), line)
+            continue
+        if (kind.group, kind.kind) in taken:
+            problems.add(
+                source,
+                _join(prefix, path),
+                f"{kind.kind} of group {kind.group} is already read (built in, or listed "
+                "before): remove this entry",
+                line,
+            )
+            continue
+        taken.add((kind.group, kind.kind))
+        kinds.append(kind)
+    return kinds
 
 
 def _documents(

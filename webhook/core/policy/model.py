@@ -19,6 +19,7 @@ from webhook.constants import (
 
 if TYPE_CHECKING:
     from webhook.core.policy.schemes import SchemeSettings
+    from webhook.core.workload_kinds import WorkloadKind
 
 API_VERSION = f"{API_GROUP}/v1alpha1"
 POLICY_KIND = "GpuSharingPolicy"
@@ -275,6 +276,8 @@ class PolicySet:
     policies: tuple[Policy, ...]
     excluded_namespaces: frozenset[str] = frozenset(DEFAULT_EXCLUDED_NAMESPACES)
     sources: tuple[str, ...] = ()
+    # The settings' own workload kinds (GpuSharingSettings.spec.workloadKinds).
+    workload_kinds: tuple[WorkloadKind, ...] = ()
 
     @functools.cached_property
     def shared_resource_names(self) -> frozenset[str]:

@@ -255,12 +255,59 @@ POLICY_SCHEMA: dict[str, Any] = _object(
     required=["apiVersion", "kind", "metadata", "spec"],
 )
 
+_PATH = {"type": "string", "pattern": r"^[A-Za-z0-9_$-]+((\.[A-Za-z0-9_$-]+)|\[\*\]|\.\*)*$"}
+_TEMPLATE_SITE = _object(
+    {
+        "path": {**_PATH, "description": "Where the template sits: spec.groups[*].template"},
+        "shape": {"enum": ["PodTemplateSpec", "PodSpec"]},
+        "role": {"type": "string", "maxLength": 63},
+        "itemName": {"type": "string", "maxLength": 63},
+        "pods": {"type": "string", "maxLength": 256},
+        "atMost": _PATH,
+        "when": _PATH,
+        "unless": _PATH,
+        "ownerMetadata": {"type": "boolean"},
+        "metadataFrom": _PATH,
+        "note": {"type": "string", "maxLength": 256},
+        "pod": _object(
+            {
+                "generateName": {"type": "string", "maxLength": 253},
+                "labels": _LABEL_MAP,
+                "annotations": _LABEL_MAP,
+            }
+        ),
+    },
+    required=["path"],
+)
+_WORKLOAD_KIND = _object(
+    {
+        "apiVersion": {"type": "string", "pattern": r"^[a-z0-9.-]+\.[a-z0-9.-]+/v[a-z0-9]+$"},
+        "otherVersions": {"type": "array", "items": {"type": "string", "pattern": "^v[a-z0-9]+$"}},
+        "kind": {"type": "string", "pattern": "^[A-Z][A-Za-z0-9]*$", "maxLength": 63},
+        "resource": {"type": "string", "pattern": "^[a-z][a-z0-9]*$", "maxLength": 63},
+        "scope": {"enum": ["Namespaced", "Cluster"]},
+        "note": {"type": "string", "maxLength": 256},
+        "templates": {"type": "array", "items": _TEMPLATE_SITE, "minItems": 1, "maxItems": 16},
+    },
+    required=["apiVersion", "kind", "resource", "templates"],
+)
+
 SETTINGS_SCHEMA: dict[str, Any] = _object(
     {
         "apiVersion": {"const": API_VERSION},
         "kind": {"const": SETTINGS_KIND},
         "metadata": _METADATA,
-        "spec": _object({"excludeNamespaces": _GLOBS}),
+        "spec": _object(
+            {
+                "excludeNamespaces": _GLOBS,
+                "workloadKinds": {
+                    "type": "array",
+                    "items": _WORKLOAD_KIND,
+                    "maxItems": 64,
+                    "description": "Your own kinds that carry pod templates (docs/workloads.md).",
+                },
+            }
+        ),
     },
     required=["apiVersion", "kind", "metadata", "spec"],
 )

@@ -2,20 +2,6 @@
 webhook/install/webhook_config.py; tests/test_helm_chart.py holds the rendered objects equal
 to `gpushare webhook-config`'s output. */}}
 
-{{/* annotated_template_expression: every step guarded by has(). Argument: the path list. */}}
-{{- define "gpushare.templateExpression" -}}
-{{- $steps := concat (list "object") . (list "metadata" "annotations") -}}
-{{- $guards := list -}}
-{{- range $i, $_ := $steps -}}
-{{- if gt $i 0 -}}
-{{- $guards = append $guards (printf "has(%s)" (join "." (slice $steps 0 (add1 $i)))) -}}
-{{- end -}}
-{{- end -}}
-{{- $annotations := join "." $steps -}}
-{{- $tests := printf "'gpu-fraction' in %s || 'gpu-memory' in %s" $annotations $annotations -}}
-{{- join " && " (append $guards (printf "(%s)" $tests)) -}}
-{{- end -}}
-
 {{/* shared_gpu_pod_expression. Argument: the list of shared resource names. */}}
 {{- define "gpushare.sharedPodExpression" -}}
 {{- $checks := list -}}
