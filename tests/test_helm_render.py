@@ -19,9 +19,8 @@ import yaml
 from harness.cli import gpushare
 from harness.helm import CHART, run_helm, template_args
 from webhook.core import builtin_kinds
+from webhook.install import webhook_entries
 from webhook.install.certs import certificate_pem, create_ca
-from webhook.install.template_webhooks import template_webhooks
-from webhook.install.webhook_config import WORKLOAD_OPERATIONS
 
 REPO = Path(__file__).resolve().parents[1]
 VALUES = REPO / "tests/helm_values"
@@ -418,10 +417,7 @@ WORKLOAD_WEBHOOKS_HEADER = """\
 
 
 def test_the_workload_webhooks_are_the_generators() -> None:
-    webhooks = [
-        {"name": w.name, "rules": w.rules(WORKLOAD_OPERATIONS), "expression": w.expression}
-        for w in template_webhooks(builtin_kinds())
-    ]
+    webhooks = webhook_entries(builtin_kinds())
     expected = WORKLOAD_WEBHOOKS_HEADER + yaml.safe_dump(webhooks, sort_keys=False, width=1000)
     if os.environ.get("GPUSHARE_REGENERATE") == "1":
         WORKLOAD_WEBHOOKS_FILE.write_text(expected)
@@ -429,6 +425,47 @@ def test_the_workload_webhooks_are_the_generators() -> None:
         "files/workload-webhooks.yaml is stale: "
         + WORKLOAD_WEBHOOKS_HEADER.splitlines()[-1].lstrip("# ")
     )
+
+
+OWN_KIND = """\
+apiVersion: gpushare.io/v1alpha1
+kind: GpuSharingSettings
+metadata: {name: own-kinds}
+spec:
+  workloadKinds:
+    - apiVersion: ml.example.com/v1
+      kind: TrainingRun
+      resource: trainingruns
+      templates: [{path: "spec.stages[*].podTemplate", itemName: stage}]
+"""
+
+
+def test_own_workload_kinds_join_the_chart_through_its_values(
+    helm: Path, helm_home: Path, tmp_path: Path
+) -> None:
+    """`webhook-config --workload-webhooks` prints the value that makes the chart's
+    validating configuration the generator's for policies with their own kinds."""
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "default.yaml").write_text((REPO / "policies/default.yaml").read_text())
+    (policies / "own.yaml").write_text(OWN_KIND)
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        "webhook:\n  "
+        + generator_output(
+            tmp_path, "--namespace", NAMESPACE, "--workload-webhooks", "--policies", str(policies)
+        )
+        .replace("\n", "\n  ")
+        .rstrip()
+        + "\n"
+    )
+    extra = yaml.safe_load(values.read_text())["webhook"]["extraWorkloadWebhooks"]
+    assert [w["name"] for w in extra] == ["trainingruns.gpushare.io"]
+    chart = chart_admission(render(helm, helm_home, values))
+    expected = generated(tmp_path, "--namespace", NAMESPACE, "--policies", str(policies))
+    (chart_vwc,) = [d for d in chart if d["kind"] == "ValidatingWebhookConfiguration"]
+    (expected_vwc,) = [d for d in expected if d["kind"] == "ValidatingWebhookConfiguration"]
+    assert chart_vwc["webhooks"] == comparable(expected_vwc)["webhooks"]
 
 
 # -- the safety net: compiled from the policies by the generator ------------------------------

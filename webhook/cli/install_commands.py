@@ -12,6 +12,8 @@ import datetime as dt
 import sys
 from pathlib import Path
 
+import yaml
+
 from webhook.cli.command_tree import Arguments, Commands
 from webhook.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from webhook.cli.options import (
@@ -40,6 +42,7 @@ from webhook.install import (
     parse_ip_addresses,
     render_yaml,
     service_dns_names,
+    webhook_entries,
     write_certificates,
 )
 
@@ -232,6 +235,13 @@ def _add_webhook_config(subparsers: Commands) -> None:
         "cannot make: a second webhook call per pod), none (default: workloads)",
     )
     parser.add_argument(
+        "--workload-webhooks",
+        action="store_true",
+        help="print only the template webhooks of the policies' own workload kinds "
+        "(GpuSharingSettings workloadKinds), as the Helm chart's "
+        "webhook.extraWorkloadWebhooks value",
+    )
+    parser.add_argument(
         "--safety-net-policy",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -288,6 +298,10 @@ def run_webhook_config(args: argparse.Namespace) -> int:
         validation_actions=tuple(args.validation_action) or DEFAULT_VALIDATION_ACTIONS,
         workload_kinds=kinds_read(policies),
     )
+    if args.workload_webhooks:
+        own = webhook_entries(policies.workload_kinds)
+        sys.stdout.write(yaml.safe_dump({"extraWorkloadWebhooks": own}, sort_keys=False))
+        return EXIT_OK
     try:
         documents = admission_configurations(settings, policies)
     except GpushareError as error:

@@ -18,6 +18,7 @@ from webhook.install.certs import (
     write_certificates,
 )
 from webhook.install.cluster_certs import CertSettings, ClusterCertificates, connect_to_cluster
+from webhook.install.template_webhooks import webhook_entries
 from webhook.install.validating_policy import DEFAULT_VALIDATION_ACTIONS, VALIDATION_ACTIONS
 from webhook.install.webhook_config import (
     DEFAULT_SHARED_RESOURCES,
@@ -53,5 +54,6 @@ __all__ = [
     "parse_ip_addresses",
     "render_yaml",
     "service_dns_names",
+    "webhook_entries",
     "write_certificates",
 ]

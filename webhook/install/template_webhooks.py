@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from webhook.constants import REQUEST_ANNOTATIONS
 from webhook.core import Shape, TemplateSite, WorkloadKind
 
+WORKLOAD_OPERATIONS = ["CREATE", "UPDATE"]
 WEBHOOK_SUFFIX = ".gpushare.io"
 # The built-in kinds' webhook that existing installations know by name.
 SPEC_TEMPLATE_WEBHOOK = "workloads.gpushare.io"
@@ -83,9 +84,12 @@ def _guarded(base: str, steps: Sequence[str], inner: str, depth: int = 0) -> str
 
 
 def site_expression(site: TemplateSite) -> str | None:
-    """True where the template carries a request annotation its pods take; None for a
-    template whose pods take their annotations from the owner alone."""
-    if site.shape is Shape.POD_TEMPLATE and not site.owner_metadata:
+    """True where the template carries a request annotation its pods take (or the object
+    its pods take their annotations from does); None for a template whose pods take their
+    annotations from the owner alone."""
+    if site.metadata_from:
+        steps = [*site.metadata_from, "annotations"]
+    elif site.shape is Shape.POD_TEMPLATE and not site.owner_metadata:
         steps = [*site.path, "metadata", "annotations"]
     elif site.shape is Shape.KSERVE_COMPONENT:
         steps = [*site.path, "annotations"]
@@ -130,3 +134,12 @@ def template_webhooks(kinds: Sequence[WorkloadKind]) -> list[TemplateWebhook]:
         taken.add(name)
         webhooks.append(TemplateWebhook(name, expression, tuple(members)))
     return webhooks
+
+
+def webhook_entries(kinds: Sequence[WorkloadKind]) -> list[dict[str, object]]:
+    """The webhooks for ``kinds`` as the Helm chart lists them (name, rules, expression):
+    its ``files/workload-webhooks.yaml`` and ``webhook.extraWorkloadWebhooks``."""
+    return [
+        {"name": w.name, "rules": w.rules(WORKLOAD_OPERATIONS), "expression": w.expression}
+        for w in template_webhooks(kinds)
+    ]

@@ -48,7 +48,11 @@ from webhook.constants import (
 )
 from webhook.core import WorkloadKind, builtin_kinds
 from webhook.errors import GpushareError
-from webhook.install.template_webhooks import TemplateWebhook, template_webhooks
+from webhook.install.template_webhooks import (
+    WORKLOAD_OPERATIONS,
+    TemplateWebhook,
+    template_webhooks,
+)
 from webhook.install.validating_policy import DEFAULT_VALIDATION_ACTIONS
 
 CONFIGURATION_NAME = "gpushare"
@@ -57,7 +61,6 @@ VALIDATING_WEBHOOK_NAME = "validate.gpushare.io"
 MUTATE_PATH = "/mutate"
 VALIDATE_PATH = "/validate"
 WORKLOAD_FAILURE_POLICY = "Ignore"
-WORKLOAD_OPERATIONS = ["CREATE", "UPDATE"]
 
 
 # The annotations a developer writes; kept here rather than imported from the core so the
