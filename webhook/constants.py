@@ -94,6 +94,9 @@ MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 # the leader and worker pod templates (pkg/controllers/leaderworkerset_controller.go,
 # pod_controller.go) and read by the LWS pod webhook into LWS_GROUP_SIZE.
 LWS_SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"
+# KubeRay puts it on every pod of a RayCluster (head or worker): such a pod's inference
+# server may run on the whole cluster's GPUs (ray-operator controllers/ray/common/pod.go).
+RAY_NODE_TYPE_LABEL = "ray.io/node-type"
 LWS_GROUP_SIZE_VAR = "LWS_GROUP_SIZE"
 # The control plane's own namespace: never touched, whatever the policies say.
 ALWAYS_EXCLUDED_NAMESPACES: tuple[str, ...] = ("kube-system",)

@@ -528,3 +528,40 @@ def test_a_custom_kind_that_cannot_be_read_is_a_policy_error(
     with pytest.raises(PolicyError) as error:
         load_policy_text(text + DEFAULT.split("---\n", 1)[1])
     assert any(message in line for line in error.value.problems), error.value.problems
+
+
+def ray_vllm(workers: int) -> dict[str, Any]:
+    head = {
+        "metadata": annotated(),
+        "spec": {
+            "containers": [
+                {
+                    "name": "ray-head",
+                    "image": "vllm/vllm-openai:v0.8.5",
+                    "command": ["sh", "-c", "ray start --head && vllm serve m -tp 4"],
+                }
+            ]
+        },
+    }
+    gpu = {"limits": {"nvidia.com/gpu": 1}}
+    worker = {"spec": {"containers": [{"name": "ray-worker", "image": "r", "resources": gpu}]}}
+    return {
+        "metadata": {"name": "serve"},
+        "spec": {
+            "headGroupSpec": {"template": head},
+            "workerGroupSpecs": [{"groupName": "gpu", "replicas": workers, "template": worker}],
+        },
+    }
+
+
+def test_a_server_on_a_ray_cluster_counts_every_pod_s_gpus(policies: PolicySet) -> None:
+    """-tp 4 on the head: its share of one GPU and the workers' GPUs count together."""
+    ray = kind("ray.io", "RayCluster")
+    short = check_workload(ray_vllm(2), ray, "ml", policies)
+    assert short is not None and not short.allowed and short.code == 422
+    (reason,) = short.reasons
+    assert reason.startswith("head: container 'ray-head': vLLM")
+    assert "needs 4 GPUs, but all the pods of RayCluster 'serve' get 3 in all" in reason
+    enough = check_workload(ray_vllm(3), ray, "ml", policies)
+    assert enough is not None and enough.allowed
+    assert any("on a Ray cluster they may come from its worker pods" in w for w in enough.warnings)

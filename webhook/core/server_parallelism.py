@@ -40,6 +40,7 @@ from webhook.constants import (
     LWS_GROUP_SIZE_VAR,
     LWS_SIZE_ANNOTATION,
     MEMORY_ANNOTATION,
+    RAY_NODE_TYPE_LABEL,
 )
 from webhook.core.draft import PlanDraft, as_mapping
 from webhook.core.inference_servers import (
@@ -282,6 +283,14 @@ def refuse_short_server(draft: PlanDraft, request: GpuRequest, pod_gpus: int) ->
             f"{settings} needs {'at least ' if found.unknown else ''}{found.needs} GPU(s); "
             f"its {found.pods} pod(s) get {found.gets}"
         )
+    if found.short and RAY_NODE_TYPE_LABEL in draft.labels:
+        # On a KubeRay cluster the server's workers may run on other pods' GPUs: the whole
+        # cluster is checked where it is written (group_gpus), not one pod of it.
+        draft.warnings.append(
+            f"{where} needs {found.needs} GPUs, more than this pod gets: on a Ray cluster "
+            "they may come from its worker pods (checked where the cluster is applied)"
+        )
+        return None
     if found.short:
         return _denial(draft, request, found, pod_gpus)
     unsure = found.unknown[0] if found.unknown else found.nodes_unknown

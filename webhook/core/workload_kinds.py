@@ -122,6 +122,8 @@ class WorkloadKind:
     sites: tuple[TemplateSite, ...]
     versions: tuple[str, ...] = ("v1",)
     cluster_scoped: bool = False
+    # An inference server in one template may run on every template's GPUs (a Ray cluster).
+    gpus_across_templates: bool = False
     # Where the kind is documented, and what gpushare cannot model exactly for it.
     note: str = ""
     custom: bool = False
@@ -314,6 +316,7 @@ def kind_from_data(entry: Mapping[str, Any], *, custom: bool) -> WorkloadKind:
         sites=tuple(sites),
         versions=versions,
         cluster_scoped=entry.get("scope", "Namespaced") == "Cluster",
+        gpus_across_templates=bool(entry.get("gpusAcrossTemplates", False)),
         note=str(entry.get("note", "")),
         custom=custom,
     )

@@ -18,11 +18,12 @@ where the template is written as the pods' own (a PodTemplateSpec).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.constants import REQUEST_ANNOTATIONS
 from webhook.core.draft import as_mapping
+from webhook.core.group_gpus import short_of_cluster
 from webhook.core.object_paths import value_at
 from webhook.core.patch import JsonPatch, build_patch, escape_pointer_token
 from webhook.core.planning import UNPROCESSABLE, Decision, Denied, Planned, Untouched
@@ -319,12 +320,30 @@ def check_workload(
     checked = [
         check_template(workload, kind, namespace, policies, at, explain=explain) for at in found
     ]
-    templates = tuple(t for t in checked if t is not None)
+    templates = _with_cluster_checked(
+        workload, kind, namespace, tuple(t for t in checked if t is not None)
+    )
     if not templates and not notes:
         return None
     if any(not isinstance(t.decision, Untouched) for t in templates):
         notes += modelling_notes(workload, kind, templates)
     return WorkloadVerdict(kind, name, workload, templates, tuple(dict.fromkeys(notes)))
+
+
+def _with_cluster_checked(
+    workload: Mapping[str, Any],
+    kind: WorkloadKind,
+    namespace: str,
+    templates: tuple[TemplateVerdict, ...],
+) -> tuple[TemplateVerdict, ...]:
+    """The templates, those whose server needs more GPUs than the whole cluster denied."""
+    refused = short_of_cluster(workload, kind, [(t.at, t.pod) for t in templates], namespace)
+    if not refused:
+        return templates
+    return tuple(
+        replace(t, pod=refused[i], summary=(), planned=None, patch=[]) if i in refused else t
+        for i, t in enumerate(templates)
+    )
 
 
 def misplaced_annotation(workload: Mapping[str, Any], kind: WorkloadKind) -> tuple[str, ...]:

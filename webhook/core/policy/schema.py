@@ -286,6 +286,7 @@ _WORKLOAD_KIND = _object(
         "kind": {"type": "string", "pattern": "^[A-Z][A-Za-z0-9]*$", "maxLength": 63},
         "resource": {"type": "string", "pattern": "^[a-z][a-z0-9]*$", "maxLength": 63},
         "scope": {"enum": ["Namespaced", "Cluster"]},
+        "gpusAcrossTemplates": {"type": "boolean"},
         "note": {"type": "string", "maxLength": 256},
         "templates": {"type": "array", "items": _TEMPLATE_SITE, "minItems": 1, "maxItems": 16},
     },
