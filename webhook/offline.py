@@ -196,6 +196,12 @@ def _not_rewritten(checked: WorkloadVerdict) -> tuple[str, ...]:
     )
 
 
+def _verdict_word(decision: Decision | None) -> str:
+    if isinstance(decision, Denied):
+        return DENIED
+    return ALLOWED if isinstance(decision, Planned) else UNTOUCHED
+
+
 def _verdict(base: Checked, decision: Decision | None, **fields: Any) -> Checked:
     """``base`` with the verdict ``decision`` gives, and ``fields``."""
     if isinstance(decision, Denied):
@@ -347,6 +353,11 @@ def report(checked: Sequence[Checked], kind: str, *, with_result: bool) -> dict[
         }
         if item.verdict == UNTOUCHED and item.note:
             entry["untouched"] = item.note
+        if item.templates:
+            entry["templates"] = [
+                {"path": part.where, "role": part.role, "verdict": _verdict_word(part.decision)}
+                for part in item.templates
+            ]
         if with_result:
             entry["patch"] = item.patch
             entry["result"] = item.result

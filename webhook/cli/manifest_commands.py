@@ -149,7 +149,8 @@ def _explain_lines(item: Checked) -> list[str]:
         lines += [f"warning: {warning}" for warning in item.warnings]
         return lines
     if item.template is not None:
-        lines.append(f"pod template: {item.template}, evaluated as the pods it creates")
+        role = f" ({item.templates[0].role})" if item.templates and item.templates[0].role else ""
+        lines.append(f"pod template: {item.template}{role}, evaluated as the pods it creates")
     lines += _decision_lines(item.decision, len(item.patch))
     lines += [f"warning: {warning}" for warning in item.warnings]
     return lines
