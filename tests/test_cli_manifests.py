@@ -101,10 +101,12 @@ def test_a_deployment_is_printed_with_its_template_as_the_pods_will_be(tmp_path:
     assert {k: v for k, v in printed["spec"].items() if k != "template"} == {
         k: v for k, v in document["spec"].items() if k != "template"
     }
-    assert err[0] == (
+    assert err[:2] == [
         "Deployment/research/train: warning: each pod will get nvidia.com/gpu.shared: 1 in "
-        'container "main" (0.5 of a GPU on pool ts-half, time-slicing, policy shared)'
-    )
+        'container "main"',
+        "Deployment/research/train: warning: each pod's share: 0.5 of a GPU on pool ts-half, "
+        "time-slicing, policy shared",
+    ]
 
 
 def test_documents_keep_their_order_others_pass_through_and_denied_ones_are_left_out(
@@ -121,7 +123,7 @@ def test_documents_keep_their_order_others_pass_through_and_denied_ones_are_left
     }
     assert [line.split(": ", 1)[0] for line in err] == [
         "Deployment/research/bad",
-        *["Deployment/research/train"] * 3,
+        *["Deployment/research/train"] * 4,
     ]
     assert err[0].startswith('Deployment/research/bad: denied: gpu-fraction "abc" is not')
 

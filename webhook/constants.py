@@ -62,7 +62,9 @@ HELPER_CONTAINER_NAMES: dict[str, str] = {
     "vault-agent": "Vault's agent",
     # GoogleCloudPlatform/cloud-sql-proxy examples/k8s-sidecar: the sidecar's name there.
     "cloud-sql-proxy": "Cloud SQL Auth Proxy",
-    # brancz/kube-rbac-proxy, as kubebuilder's scaffold (config/default) names its sidecar.
+    # brancz/kube-rbac-proxy, as kubebuilder's scaffold named the sidecar
+    # (config/default/manager_auth_proxy_patch.yaml, until kubernetes-sigs/kubebuilder#3899
+    # dropped it in 2024; operators scaffolded before keep it).
     "kube-rbac-proxy": "kube-rbac-proxy",
     # oauth2-proxy/oauth2-proxy: the usual sidecar name (no injector fixes it).
     "oauth2-proxy": "oauth2-proxy",

@@ -189,8 +189,8 @@ def _not_rewritten(checked: WorkloadVerdict) -> tuple[str, ...]:
     if not checked.allowed:
         return ()
     return tuple(
-        f"{t.lead}{t.at.where} is {t.at.site.shape.described}, not a pod template: printed "
-        "as written; its pods get the above when they are created"
+        f"{t.lead}{t.at.where} is {t.at.site.shape.described}: shown as written; its pods "
+        "get this at creation"
         for t in checked.templates
         if isinstance(t.decision, Planned) and not t.at.site.exact
     )

@@ -200,6 +200,4 @@ def test_kai_gets_the_annotation_naming_the_chosen_container() -> None:
     pod = make_pod({"gpu-fraction": "0.5"}, _containers("main", "wait"))
     verdict = mutate(pod, "x", policies)
     assert verdict.decision is not None
-    assert CONTAINER_ANNOTATION not in mutated_pod(pod, verdict.decision)["metadata"][
-        "annotations"
-    ]
+    assert CONTAINER_ANNOTATION not in mutated_pod(pod, verdict.decision)["metadata"]["annotations"]

@@ -360,7 +360,7 @@ def test_podspecpatch_is_said_not_read(policies: PolicySet) -> None:
     }
     checked = check_workload(document, workflow, "ml", policies)
     assert checked is not None
-    assert any("podSpecPatch is applied by Argo" in w for w in checked.warnings)
+    assert any("podSpecPatch is not read here (Argo applies it)" in w for w in checked.warnings)
 
 
 def test_an_llm_inference_service_takes_its_annotations_from_its_workload_fields(
@@ -407,7 +407,9 @@ def test_a_train_job_says_where_its_pods_come_from(policies: PolicySet) -> None:
         policies,
     )
     assert checked is not None and checked.allowed and not checked.templates
-    assert checked.warnings[0].startswith("a TrainJob's pods are its runtime's pod templates")
+    assert checked.warnings == (
+        "a TrainJob's pods are its runtime's: put gpu-fraction in the runtime's pod templates",
+    )
 
 
 def test_the_annotation_on_the_workload_itself_is_warned_about(policies: PolicySet) -> None:
@@ -416,8 +418,8 @@ def test_the_annotation_on_the_workload_itself_is_warned_about(policies: PolicyS
     checked = check_workload(document, kind("ray.io", "RayCluster"), "ml", policies)
     assert checked is not None
     assert checked.warnings[-1] == (
-        "gpu-fraction on the RayCluster itself does nothing: put it in the pod templates' "
-        "metadata.annotations: spec.headGroupSpec.template, spec.workerGroupSpecs[*].template"
+        "gpu-fraction on the RayCluster itself does nothing: put it in each pod template's "
+        "metadata.annotations"
     )
     deployment = {
         "metadata": {"name": "d", "annotations": {"gpu-memory": "8Gi"}},
@@ -564,4 +566,4 @@ def test_a_server_on_a_ray_cluster_counts_every_pod_s_gpus(policies: PolicySet) 
     assert "needs 4 GPUs, but all the pods of RayCluster 'serve' get 3 in all" in reason
     enough = check_workload(ray_vllm(3), ray, "ml", policies)
     assert enough is not None and enough.allowed
-    assert any("on a Ray cluster they may come from its worker pods" in w for w in enough.warnings)
+    assert any("on a Ray cluster its workers' GPUs count" in w for w in enough.warnings)

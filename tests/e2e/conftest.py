@@ -237,3 +237,19 @@ def operator_crds() -> OperatorCrds:
         return load_operator_crds()
     except OperatorCrdsError as exc:
         pytest.fail(str(exc), pytrace=False)
+
+
+# Appended with the operator_plane fixture (kept here, at its fixture, not in the imports).
+from operator_plane import OperatorPlane, install_operator_crds  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def operator_plane(
+    harness_binary: Path, operator_crds: OperatorCrds, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorPlane]:
+    """A control plane of the module's own (etcd and kube-apiserver, no scheduler) with every
+    operator CRD of `operator_crds` installed server-side and Established
+    (tests/e2e/operator_plane.py): `plane`, `crds`, `installed` (CRD names by project)."""
+    workdir = tmp_path_factory.mktemp("operator-plane")
+    with ControlPlane(binary=harness_binary, workdir=workdir, with_scheduler=False) as plane:
+        yield OperatorPlane(plane, operator_crds, install_operator_crds(plane, operator_crds))

@@ -14,7 +14,6 @@ the same way (``webhook.compile.request_cel``); docs/annotations.md says it for 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from enum import Enum
 
 from webhook.constants import CONTAINER_ANNOTATION, GPU_CONTAINER_NAMES, HELPER_CONTAINER_NAMES
@@ -31,13 +30,17 @@ class Rule(Enum):
     FIRST = "the first container: every container is a known helper"
 
 
-@dataclass(frozen=True, slots=True)
 class ContainerChoice:
-    """The GPU container's index, the rule that chose it, and the warning of a guess."""
+    """The GPU container's index, the rule that chose it, and the warning of a guess; never
+    changed once built (a plain slotted class: a frozen dataclass costs several times as
+    much to build, and one is built on every admission of a pod of several containers)."""
 
-    index: int
-    rule: Rule
-    warning: str | None = None
+    __slots__ = ("index", "rule", "warning")
+
+    def __init__(self, index: int, rule: Rule, warning: str | None = None) -> None:
+        self.index = index
+        self.rule = rule
+        self.warning = warning
 
 
 # The usual pod: one container, nothing to choose.
@@ -46,22 +49,28 @@ ONLY = ContainerChoice(0, Rule.ONLY)
 
 def choose_container(names: Sequence[str]) -> ContainerChoice:
     """The container of ``names`` (the names of the pod's ``spec.containers``, two or more)
-    that gets the GPU when the pod does not name one."""
+    that gets the GPU when the pod does not name one: one pass over the names."""
+    first_plain, plain = 0, 0
     for index, name in enumerate(names):
         if name in GPU_CONTAINER_NAMES:
             return ContainerChoice(index, Rule.GPU_NAME)
-    candidates = [(i, n) for i, n in enumerate(names) if n not in HELPER_CONTAINER_NAMES]
-    if not candidates:
+        if name not in HELPER_CONTAINER_NAMES:
+            if not plain:
+                first_plain = index
+            plain += 1
+    if not plain:
         return ContainerChoice(0, Rule.FIRST)
-    index, name = candidates[0]
-    if len(candidates) == 1:
-        return ContainerChoice(index, Rule.NOT_HELPER)
-    others = ", ".join(f'"{n}"' for _, n in candidates[1:])
+    if plain == 1:
+        return ContainerChoice(first_plain, Rule.NOT_HELPER)
+    name = names[first_plain]
+    others = ", ".join(
+        f'"{n}"' for n in names[first_plain + 1 :] if n not in HELPER_CONTAINER_NAMES
+    )
     warning = (
         f'container "{name}" got the GPU, as the first of "{name}", {others}: '
         f"set {CONTAINER_ANNOTATION} to the one that uses it"
     )
-    return ContainerChoice(index, Rule.GUESS, warning)
+    return ContainerChoice(first_plain, Rule.GUESS, warning)
 
 
 def explain_choice(names: Sequence[str], choice: ContainerChoice) -> str:

@@ -287,8 +287,8 @@ def refuse_short_server(draft: PlanDraft, request: GpuRequest, pod_gpus: int) ->
         # On a KubeRay cluster the server's workers may run on other pods' GPUs: the whole
         # cluster is checked where it is written (group_gpus), not one pod of it.
         draft.warnings.append(
-            f"{where} needs {found.needs} GPUs, more than this pod gets: on a Ray cluster "
-            "they may come from its worker pods (checked where the cluster is applied)"
+            f"{where} needs {found.needs} GPUs: on a Ray cluster its workers' GPUs count "
+            "(checked with the RayCluster)"
         )
         return None
     if found.short:

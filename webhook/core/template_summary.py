@@ -26,7 +26,7 @@ def pod_summary(
     several)."""
     old_spec, new_spec = as_mapping(before.get("spec")), as_mapping(after.get("spec"))
     container = str(record.get("container", ""))
-    lines = [lead + _resource_line(record, container)]
+    lines = _resource_lines(record, container, lead)
     old_selector = as_mapping(old_spec.get("nodeSelector"))
     selector = [
         f"{key}={value}"
@@ -41,7 +41,8 @@ def pod_summary(
     return tuple(lines)
 
 
-def _resource_line(record: Mapping[str, Any], container: str) -> str:
+def _resource_lines(record: Mapping[str, Any], container: str, lead: str) -> list[str]:
+    """What the container gets and its share, in one line where it fits, else two."""
     details = []
     share = f"{record['fraction']} of a GPU" if "fraction" in record else ""
     if "memory" in record and not share:
@@ -54,7 +55,11 @@ def _resource_line(record: Mapping[str, Any], container: str) -> str:
     details.append("whole GPUs" if mode == "whole-gpu" else str(mode))
     if "policy" in record:
         details.append(f"policy {record['policy']}")
-    return f'{_EACH_POD} {_what(record)} in container "{container}" ({", ".join(details)})'
+    gets = f'{lead}{_EACH_POD} {_what(record)} in container "{container}"'
+    line = f"{gets} ({', '.join(details)})"
+    if len(line) <= MAX_WARNING_LENGTH:
+        return [line]
+    return [gets, f"{lead}each pod's share: {', '.join(details)}"]
 
 
 def _what(record: Mapping[str, Any]) -> str:

@@ -91,7 +91,9 @@ class TemplateSite:
     metadata_from: tuple[str, ...] = ()
     item_name: str = ""
     pods: tuple[Factor, ...] = ()
-    # The count is at most the number here where it is set (a Job's completions).
+    # The first term of the count is at least / at most the number here where it is set
+    # (a Job's completions; a Ray worker group's minReplicas and maxReplicas).
+    at_least: tuple[str, ...] = ()
     at_most: tuple[str, ...] = ()
     # Read only when this path is present (``when``) or absent (``unless``).
     when: tuple[str, ...] = ()
@@ -230,25 +232,41 @@ def formatted(text: str, document: Mapping[str, Any], name: str, at: TemplateAt)
 
 
 def pod_count(document: Mapping[str, Any], at: TemplateAt, where: str) -> int:
-    """How many pods the template makes at once; ValueError naming ``where`` if unreadable."""
+    """How many pods the template makes at once; ValueError naming ``where`` if unreadable.
+
+    The first term is bounded by ``atLeast`` then ``atMost`` where those are set (KubeRay
+    clamps a worker group's replicas so, the maximum winning a conflict)."""
     count = 1
-    for factor in at.site.pods:
+    for index, factor in enumerate(at.site.pods):
         if not factor.path:
             count *= factor.default
             continue
         value = value_at(document, factor.path, at.bound)
         if value is None:
             value = factor.default
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1_000_000:
+        if not _whole(value):
             raise ValueError(
                 f"{where}: {written_path(factor.path)} {value!r} is not a whole number from 0 "
                 "to 1,000,000"
             )
+        if index == 0:
+            value = _bounded(document, at, value)
         count *= max(value - factor.minus, 0)
-    limit = value_at(document, at.site.at_most, at.bound) if at.site.at_most else None
-    if isinstance(limit, int) and not isinstance(limit, bool) and 0 <= limit < count:
-        count = limit
     return count
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 1_000_000
+
+
+def _bounded(document: Mapping[str, Any], at: TemplateAt, value: int) -> int:
+    low = value_at(document, at.site.at_least, at.bound) if at.site.at_least else None
+    high = value_at(document, at.site.at_most, at.bound) if at.site.at_most else None
+    if isinstance(low, int) and _whole(low):
+        value = max(value, low)
+    if isinstance(high, int) and _whole(high):
+        value = min(value, high)
+    return value
 
 
 _TERM = re.compile(r"\(?\s*([^|()\s]+)\|(\d+)\s*(?:-\s*(\d+))?\s*\)?|(\d+)")
@@ -302,9 +320,10 @@ def kind_from_data(entry: Mapping[str, Any], *, custom: bool) -> WorkloadKind:
                 ),
                 item_name=str(template.get("itemName", "")),
                 pods=parse_pods(str(template.get("pods", "1"))),
+                at_least=parse_path(template["atLeast"]) if "atLeast" in template else (),
                 at_most=parse_path(template["atMost"]) if "atMost" in template else (),
-                when=parse_path(template["when"]) if "when" in template else (),
-                unless=parse_path(template["unless"]) if "unless" in template else (),
+                when=parse_path(template["when"]) if template.get("when") else (),
+                unless=parse_path(template["unless"]) if template.get("unless") else (),
                 note=str(template.get("note", "")),
                 pods_note=str(template.get("podsNote", "")),
             )

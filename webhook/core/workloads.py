@@ -24,7 +24,7 @@ from typing import Any
 from webhook.constants import REQUEST_ANNOTATIONS
 from webhook.core.draft import as_mapping
 from webhook.core.group_gpus import short_of_cluster
-from webhook.core.object_paths import value_at
+from webhook.core.object_paths import value_at, written_path
 from webhook.core.patch import JsonPatch, build_patch, escape_pointer_token
 from webhook.core.planning import UNPROCESSABLE, Decision, Denied, Planned, Untouched
 from webhook.core.policy.model import PolicySet
@@ -34,6 +34,7 @@ from webhook.core.verdict import Verdict, mutate
 from webhook.core.workload_kinds import (
     Shape,
     TemplateAt,
+    TemplateSite,
     TooManyTemplatesError,
     WorkloadKind,
     kind_table,
@@ -357,20 +358,30 @@ def misplaced_annotation(workload: Mapping[str, Any], kind: WorkloadKind) -> tup
         return ()
     if not kind.sites:
         return (f"{found[0]} on the {kind.kind} itself does nothing",)
-    if len(kind.sites) == 1:
-        where = f"{kind.sites[0].where}.metadata.annotations"
+    homes = list(dict.fromkeys(_annotation_home(site) for site in kind.sites))
+    if len(homes) == 1:
+        where = homes[0]
+    elif all(home.endswith(".metadata.annotations") for home in homes):
+        where = "each pod template's metadata.annotations"
     else:
-        where = "the pod templates' metadata.annotations: " + ", ".join(
-            site.where for site in kind.sites
-        )
+        where = " or ".join(homes)
     return (f"{found[0]} on the {kind.kind} itself does nothing: put it in {where}",)
+
+
+def _annotation_home(site: TemplateSite) -> str:
+    """Where the pods of ``site`` take their annotations from."""
+    if site.metadata_from:
+        return f"{written_path(site.metadata_from)}.annotations"
+    if site.shape is Shape.KSERVE_COMPONENT:
+        return f"{site.where}.annotations"
+    return f"{site.where}.metadata.annotations"
 
 
 def modelling_notes(
     workload: Mapping[str, Any], kind: WorkloadKind, templates: Sequence[TemplateVerdict]
 ) -> list[str]:
     """What gpushare cannot know exactly about these pods, said with the verdict."""
-    notes = [kind.note] if kind.note else []
+    notes = [kind.note.replace("{name}", owner_name(workload))] if kind.note else []
     for template in templates:
         site = template.at.site
         if site.note and isinstance(template.decision, Planned):
@@ -380,8 +391,8 @@ def modelling_notes(
             patched = isinstance(template.at.value, dict) and "podSpecPatch" in template.at.value
             if patched or (isinstance(workflow, dict) and "podSpecPatch" in workflow):
                 notes.append(
-                    f"{template.lead}podSpecPatch is applied by Argo when the pod is made and "
-                    "is not read here: the pod is checked again at creation"
+                    f"{template.lead}podSpecPatch is not read here (Argo applies it): the pod "
+                    "is checked again at creation"
                 )
     return list(dict.fromkeys(notes))
 

@@ -263,6 +263,7 @@ _TEMPLATE_SITE = _object(
         "role": {"type": "string", "maxLength": 63},
         "itemName": {"type": "string", "maxLength": 63},
         "pods": {"type": "string", "maxLength": 256},
+        "atLeast": _PATH,
         "atMost": _PATH,
         "when": _PATH,
         "unless": _PATH,
