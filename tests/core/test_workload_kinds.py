@@ -567,3 +567,36 @@ def test_a_server_on_a_ray_cluster_counts_every_pod_s_gpus(policies: PolicySet) 
     enough = check_workload(ray_vllm(3), ray, "ml", policies)
     assert enough is not None and enough.allowed
     assert any("on a Ray cluster its workers' GPUs count" in w for w in enough.warnings)
+
+
+def test_a_multi_node_llm_inference_service_is_a_leader_worker_group(policies: PolicySet) -> None:
+    """With spec.worker KServe runs a LeaderWorkerSet: its leader and workers are one group
+    of pipeline-parallel size, and a server spanning it counts the group's GPUs."""
+    llm = kind("serving.kserve.io", "LLMInferenceService")
+    server = {
+        "name": "main",
+        "image": "vllm/vllm-openai:v0.8.0",
+        "args": ["--tensor-parallel-size", "8", "--pipeline-parallel-size", "2"],
+    }
+    document = {
+        "metadata": {"name": "big"},
+        "spec": {
+            "replicas": 2,
+            "annotations": {"gpu-fraction": "8"},
+            "parallelism": {"tensor": 8, "pipeline": 2},
+            "template": {"containers": [server]},
+            "worker": {"containers": [server]},
+        },
+    }
+    leader, workers = templates_at(document, llm)
+    assert (leader.role, workers.role) == ("decode leader", "decode workers")
+    assert (pod_count(document, leader, "x"), pod_count(document, workers, "x")) == (2, 2)
+    pod = template_pod(document, llm, workers, "ml")
+    assert pod is not None
+    assert pod["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/size"] == "2"
+    checked = check_workload(document, llm, "ml", policies)
+    assert checked is not None and checked.allowed, checked.reasons
+    document["spec"]["parallelism"]["pipeline"] = 1  # one pod of 8 GPUs for TP 8 x PP 2
+    checked = check_workload(document, llm, "ml", policies)
+    assert checked is not None and not checked.allowed
+    assert "needs 16 GPUs" in checked.reasons[0]
