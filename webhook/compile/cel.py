@@ -45,6 +45,26 @@ def all_of(conditions: Sequence[str]) -> str:
     return "(" + " && ".join(conditions) + ")" if conditions else "true"
 
 
+def _class_body(body: str) -> str:
+    """An fnmatch class body as RE2 and Python read it alike: ranges ``a-b`` kept, every
+    other character literal (brackets, backslashes, carets and hyphens escaped, so that no
+    ``--`` reads as a set operation)."""
+    parts = []
+    k = 0
+    while k < len(body):
+        if k + 2 < len(body) and body[k + 1] == "-":
+            parts.append(f"{_class_char(body[k])}-{_class_char(body[k + 2])}")
+            k += 3
+        else:
+            parts.append(_class_char(body[k]))
+            k += 1
+    return "".join(parts)
+
+
+def _class_char(char: str) -> str:
+    return "\\" + char if char in "\\[]^-" else char
+
+
 def glob_regex(pattern: str) -> str:
     """``fnmatch.fnmatchcase`` semantics as an anchored RE2 pattern: ``*`` any run of
     characters (``/`` included), ``?`` one character, ``[...]``/``[!...]`` a class."""
@@ -76,12 +96,7 @@ def glob_regex(pattern: str) -> str:
             negated = body.startswith("!")
             if negated:
                 body = body[1:]
-            # Brackets, backslashes and a leading caret are literal inside an fnmatch class.
-            for special in ("\\", "[", "]", "^"):
-                body = body.replace(special, "\\" + special)
-            if negated:
-                body = "^" + body
-            out.append(f"[{body}]")
+            out.append(f"[{'^' if negated else ''}{_class_body(body)}]")
         else:
             out.append(_escape(c))
     return "^(?s:" + "".join(out) + ")$"

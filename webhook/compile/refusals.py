@@ -150,4 +150,9 @@ def notes(policies: PolicySet) -> list[str]:
             "parallelism (vLLM, SGLang, TGI): a pod whose server needs more GPUs than it asks "
             "for is admitted (the webhook denies it)"
         )
+        found.append(
+            "compiled policies do not compare the GPU model a pod already selects (its "
+            "nodeSelector or required node affinity) with the memory it asks for or the "
+            "labels they add: a pod that can never schedule is admitted (the webhook denies it)"
+        )
     return found

@@ -67,9 +67,8 @@ from webhook.core.workload_kinds import (
     templates_at,
 )
 from webhook.core.workload_pods import template_pod
+from webhook.core.workload_verdicts import TemplateVerdict, WorkloadVerdict
 from webhook.core.workloads import (
-    TemplateVerdict,
-    WorkloadVerdict,
     api_group,
     check_template,
     check_workload,
