@@ -28,6 +28,11 @@ GPU_CONTAINER_NAMES: dict[str, str] = {
     "main": "Argo Workflows' main container",
     # kserve/kserve pkg/constants/constants.go InferenceServiceContainerName.
     "kserve-container": "KServe's predictor container",
+    # kserve/kserve pkg/constants/constants.go WorkerContainerName: a multi-node predictor's
+    # worker pods (docs/workload-kinds-facts.md, KServe).
+    "worker-container": "KServe's multi-node worker container",
+    # kubeflow/training-operator v1.8.1 MXJob's default container (mxjob_types.go).
+    "mxnet": "MXJob's default container",
     # kubeflow/training-operator v1.9 pkg/apis/kubeflow.org/v1/*_types.go
     # <Kind>DefaultContainerName: the container the operator reads and sets env in
     # (PyTorchJob requires it: pytorch_validation.go).

@@ -600,3 +600,36 @@ def test_a_multi_node_llm_inference_service_is_a_leader_worker_group(policies: P
     checked = check_workload(document, llm, "ml", policies)
     assert checked is not None and not checked.allowed
     assert "needs 16 GPUs" in checked.reasons[0]
+
+
+@pytest.mark.parametrize(
+    ("example", "namespace"),
+    [
+        ("hami", "hami-a"),
+        ("aliyun-gpushare", "aliyun-a"),
+        ("tencent-vcuda", "vcuda-a"),
+        ("aws-vgpu", "aws-vgpu-a"),
+        ("dra", "gpu-dra-a"),
+        ("kai", "kai-a"),
+    ],
+)
+def test_what_each_pod_gets_is_named_under_every_scheme(example: str, namespace: str) -> None:
+    """Under the schemes that hand out several resources, a claim or KAI's share, the
+    summary names them (it read "None: None" before)."""
+    from webhook.core import load_policies
+
+    policies = load_policies(REPO / "policies/examples" / f"{example}.yaml")
+    deployment = {
+        "metadata": {"name": "web"},
+        "spec": {
+            "template": {
+                "metadata": annotated(),
+                "spec": {"containers": [{"name": "app", "image": "python:3.12"}]},
+            }
+        },
+    }
+    checked = check_workload(deployment, kind("apps", "Deployment"), namespace, policies)
+    assert checked is not None and checked.allowed, checked.reasons
+    first = checked.warnings[0]
+    assert first.startswith("each pod will get ") and "None" not in first, first
+    assert 'in container "app"' in first
