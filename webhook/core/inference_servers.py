@@ -19,6 +19,7 @@ parallelism needs.
 
 from __future__ import annotations
 
+import functools
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from typing import Any
 from webhook.core.draft import PlanDraft
 from webhook.core.framework_images import matches, parse_version, split_reference
 from webhook.core.frameworks import framework_fraction
+from webhook.core.memo import BoundedMemo
 from webhook.core.placement import Placement, format_fraction
 from webhook.core.policy.model import InferenceServers, ServerMemory
 
@@ -124,11 +126,23 @@ def find_server(
             script = _script_launch(token.text, servers)
             if script is not None:
                 return script
+    if command:
+        return None
     image = str(container.get("image", ""))
     for server in servers:
-        if not command and matches(image, images[server]):
+        patterns = tuple(images[server])
+        if _ENTRYPOINTS.get_or_compute((image, patterns), _is_entrypoint, image, patterns):
             return Launch(server, tuple(tokens), f"the entrypoint of {image}", False)
     return None
+
+
+def _is_entrypoint(image: str, patterns: tuple[str, ...]) -> bool:
+    return matches(image, patterns) is not None
+
+
+# Whether an image's entrypoint is a server, by image and patterns: every pod without a
+# command asks (twice: its memory flag, its parallelism), and a workload's pods share it.
+_ENTRYPOINTS: BoundedMemo[tuple[str, tuple[str, ...]], bool] = BoundedMemo()
 
 
 def _started_at(tokens: Sequence[Token], position: int, servers: Sequence[Server]) -> Launch | None:
@@ -190,6 +204,7 @@ def default_fraction(server: Server, image: str) -> tuple[float, str]:
     return 0.9, "vLLM's default"
 
 
+@functools.lru_cache(maxsize=256)
 def server_images(settings: InferenceServers) -> dict[Server, Sequence[str]]:
     """Images whose entrypoint is each server: the policy's lists, else the built-in ones."""
     return {

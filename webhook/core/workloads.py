@@ -137,10 +137,12 @@ def check_template(
     if not verdict.allowed or not isinstance(decision, Planned):
         return TemplateVerdict(kind, name, at, verdict, planned=at.value)
     prefix = f"{at.role}: " if at.role else ""
-    summary = pod_summary(decision.record, pod, render(pod, decision.edits), prefix)
     if not at.site.exact:
+        summary = pod_summary(decision.record, pod, render(pod, decision.edits), prefix)
         return TemplateVerdict(kind, name, at, verdict, summary, planned=at.value)
+    # The template is the pod's own metadata and spec: what it gains is what the pod gains.
     planned = render(at.value, decision.edits)
+    summary = pod_summary(decision.record, at.value, planned, prefix)
     pointer = "".join("/" + escape_pointer_token(str(key)) for key in at.path)
     patch = [{**op, "path": pointer + op["path"]} for op in build_patch(at.value, decision.edits)]
     return TemplateVerdict(kind, name, at, verdict, summary, planned, patch)
