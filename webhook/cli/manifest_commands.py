@@ -200,9 +200,10 @@ def add_manifest_commands(commands: Commands) -> None:
         description=(
             "Put each document through gpushare as the cluster would and print it as "
             "admitted, in input order. A Pod is printed as the mutating webhook patches it. "
-            "A workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, "
-            "ReplicationController, Job, CronJob, PodTemplate) is printed with its pod "
-            "template as each of its pods will be admitted: the webhook itself never "
+            "A workload (Deployment, Job, CronJob, ..., and the operators' kinds: RayCluster, "
+            "PyTorchJob, LeaderWorkerSet, JobSet, InferenceService, Workflow, ...; "
+            "docs/workloads.md) is printed with its pod templates as each of its pods will "
+            "be admitted: the webhook itself never "
             "changes templates, it patches the pods when they are created. Other documents "
             "pass through unchanged; denied documents are left out of the output. Exit 0 "
             "when every document is admitted, 3 when any is denied (reasons on stderr, "
