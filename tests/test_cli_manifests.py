@@ -14,10 +14,9 @@ import jsonpatch
 import pytest
 import yaml
 
-from tests.core.support import run_cli
+from tests.core.support import controller_pod, pod_template, run_cli
 from webhook import cli
-from webhook.core import builtin_kinds, load_policies, mutate, mutated_pod, pod_template
-from webhook.core.workloads import controller_pod
+from webhook.core import builtin_kinds, load_policies, mutate, mutated_pod
 
 # Kubernetes' own kinds (one template each, at one path).
 KUBERNETES_KINDS = tuple(k for k in builtin_kinds() if k.group in {"", "apps", "batch"})
@@ -281,7 +280,8 @@ def test_an_empty_or_unreadable_input_exits_2(tmp_path: Path) -> None:
 def test_help_says_how_workloads_are_printed() -> None:
     run_ = run_cli("mutate", "--help")
     text = " ".join(run_.stdout.split())
-    assert "with its pod template as each of its pods will be admitted" in text
+    assert "with its pod templates as each of its pods will be admitted" in text
+    assert "RayCluster" in text and "docs/workloads.md" in text
     assert "the webhook itself never changes templates" in text
     assert "-R, --recursive" in run_.stdout
 

@@ -21,10 +21,10 @@ import pytest
 import yaml
 from werkzeug.test import Client
 
-from tests.core.support import assert_schema_valid, assert_valid_kubernetes_pod
+from tests.core.support import assert_schema_valid, assert_valid_kubernetes_pod, pod_template
 from tests.policy_versions import with_policy_versions
 from webhook import cli
-from webhook.core import api_group, pod_template, workload_kind
+from webhook.core import api_group, workload_kind
 from webhook.policy_store import PolicyStore
 from webhook.server.app import create_app
 from webhook.server.review import clean_warnings

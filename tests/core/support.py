@@ -151,3 +151,31 @@ def run_cli(
         timeout=60,
         check=False,
     )
+
+
+# -- workloads: the oracle the template tests compare the core with -----------------------
+
+
+def pod_template(workload: Mapping[str, Any], kind: Any) -> Any:
+    """What sits at the kind's first template path (None where any step is missing)."""
+    value: Any = workload
+    for key in kind.path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def controller_pod(template: Mapping[str, Any], namespace: str, owner: str) -> dict[str, Any]:
+    """The pod a Kubernetes controller creates from a PodTemplateSpec: its metadata and spec,
+    in the workload's namespace, named from the workload (``<owner>-`` plus a suffix)."""
+    metadata = dict(template.get("metadata") or {})
+    metadata.pop("name", None)
+    metadata["namespace"] = namespace
+    if owner:
+        metadata["generateName"] = f"{owner}-"
+    spec = template.get("spec")
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": spec if spec is not None else {},
+    }

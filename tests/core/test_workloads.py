@@ -8,6 +8,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
+from tests.core.support import controller_pod, pod_template
 from webhook.core import (
     Planned,
     PolicySet,
@@ -18,12 +19,10 @@ from webhook.core import (
     check_workload,
     mutate,
     mutated_pod,
-    pod_template,
     template_changed,
     workload_kind,
 )
 from webhook.core.template_summary import MAX_WARNING_LENGTH, pod_summary
-from webhook.core.workloads import controller_pod
 
 from .support import policies_from, simple_policy
 

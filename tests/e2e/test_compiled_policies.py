@@ -48,6 +48,7 @@ from harness.controlplane import ControlPlane
 from harness.processes import wait_for
 from harness.registration import GpushareWebhook, probe_pod, unregistered
 from harness.webhookserver import WebhookServer
+from tests.core.support import pod_template
 from tests.long_runs import scaled
 from tests.oracle.oracle import read_policies
 from tests.oracle.strategies import pods, policy_texts
@@ -57,7 +58,6 @@ from webhook.core import (
     api_group,
     load_policies,
     load_policy_texts,
-    pod_template,
     workload_kind,
 )
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from werkzeug.test import Client
 
+from tests.core.support import controller_pod
 from webhook.core import WorkloadKind, builtin_kinds, check_workload, load_policies, mutate
-from webhook.core.workloads import controller_pod
 from webhook.policy_store import PolicyStore
 from webhook.server.app import create_app
 from webhook.server.review import clean_warnings

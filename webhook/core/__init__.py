@@ -73,7 +73,6 @@ from webhook.core.workloads import (
     check_template,
     check_workload,
     kinds_read,
-    pod_template,
     template_changed,
     workload_kind,
 )
@@ -143,7 +142,6 @@ __all__ = [
     "pod_count",
     "pod_shape_problem",
     "pod_size_problem",
-    "pod_template",
     "read_policy_files",
     "read_request",
     "template_changed",

@@ -66,11 +66,6 @@ def workload_kind(
     return kind_table(policies.workload_kinds if policies is not None else ()).get(group, kind)
 
 
-def pod_template(workload: Mapping[str, Any], kind: WorkloadKind) -> Any:
-    """What sits at the kind's first template path (None where any step is missing)."""
-    return value_at(workload, kind.path)
-
-
 def template_changed(
     old: Mapping[str, Any] | None, new: Mapping[str, Any], kind: WorkloadKind
 ) -> bool:
@@ -99,23 +94,6 @@ def _metadata_of(document: Mapping[str, Any]) -> tuple[Any, Any]:
 def _request_annotations(document: Mapping[str, Any]) -> dict[str, Any]:
     annotations = as_mapping(as_mapping(document.get("metadata")).get("annotations"))
     return {key: annotations[key] for key in REQUEST_ANNOTATIONS if key in annotations}
-
-
-def controller_pod(template: Mapping[str, Any], namespace: str, owner: str) -> dict[str, Any]:
-    """The pod a controller creates from a PodTemplateSpec: its metadata and spec, in the
-    workload's namespace, named from the workload (``<owner>-`` plus a suffix)."""
-    metadata = dict(as_mapping(template.get("metadata")))
-    metadata.pop("name", None)
-    metadata["namespace"] = namespace
-    if owner:
-        metadata["generateName"] = f"{owner}-"
-    spec = template.get("spec")
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata,
-        "spec": spec if spec is not None else {},
-    }
 
 
 def check_template(
