@@ -20,6 +20,7 @@ import yaml
 from gpu_nodes import FakeGpuNode, create_fake_node
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from operator_plane import OperatorPlane, install_operator_crds
 
 from harness.api import ensure_namespace
 from harness.binary import HarnessBuildError, build_binary
@@ -237,10 +238,6 @@ def operator_crds() -> OperatorCrds:
         return load_operator_crds()
     except OperatorCrdsError as exc:
         pytest.fail(str(exc), pytrace=False)
-
-
-# Appended with the operator_plane fixture (kept here, at its fixture, not in the imports).
-from operator_plane import OperatorPlane, install_operator_crds  # noqa: E402
 
 
 @pytest.fixture(scope="module")

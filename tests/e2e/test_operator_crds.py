@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from conftest import unique_name
+from operator_plane import FIELD_MANAGER, OperatorPlane, kubectl
 
 from harness.controlplane import ControlPlane
 from harness.operator_crds import TOOL_DIR, OperatorCrds, read_pins
@@ -39,16 +39,8 @@ from harness.operator_crds import TOOL_DIR, OperatorCrds, read_pins
 PINS = read_pins()
 SAMPLES = [(pin.project, sample) for pin in PINS for sample in pin.samples]
 GPU = "nvidia.com/gpu"
-FIELD_MANAGER = "gpushare-e2e"
 # Applying the full CRDs (about 25 MB of YAML) and waiting for them: seconds, but leave room.
 INSTALL_TIMEOUT_S = 300.0
-
-
-def kubectl(plane: ControlPlane, *args: str, input: str | None = None) -> str:
-    """`kubectl ARGS` on the plane; a failure fails the test with kubectl's message."""
-    result = plane.kubectl(*args, input=input, check=False, timeout=INSTALL_TIMEOUT_S)
-    assert result.returncode == 0, f"kubectl {' '.join(args)}\n{result.stderr}"
-    return result.stdout
 
 
 def get_json(plane: ControlPlane, *args: str) -> Any:
@@ -74,28 +66,16 @@ def created_items(output: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def plane(harness_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """A control plane of its own: etcd and kube-apiserver only."""
-    workdir = tmp_path_factory.mktemp("operator-crds-plane")
-    with ControlPlane(binary=harness_binary, workdir=workdir, with_scheduler=False) as plane:
-        yield plane
+def plane(operator_plane: OperatorPlane) -> ControlPlane:
+    """A control plane of this module's own (conftest.py's operator_plane: etcd and
+    kube-apiserver, every operator CRD installed server-side and Established)."""
+    return operator_plane.plane
 
 
 @pytest.fixture(scope="module")
-def installed(plane: ControlPlane, operator_crds: OperatorCrds) -> dict[str, list[str]]:
-    """Every project's CRDs applied server-side and Established: CRD names by project."""
-    names: dict[str, list[str]] = {}
-    for project, files in operator_crds.crds_by_project().items():
-        args = [arg for path in files for arg in ("-f", str(path))]
-        applied = kubectl(
-            plane, "apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "-o", "name", *args
-        )
-        # customresourcedefinition.apiextensions.k8s.io/<plural>.<group>
-        names[project] = [line.split("/", 1)[1] for line in applied.split()]
-        assert len(names[project]) == len(files), applied
-    every = [f"crd/{name}" for project_names in names.values() for name in project_names]
-    kubectl(plane, "wait", "--for=condition=Established", "--timeout=120s", *every)
-    return names
+def installed(operator_plane: OperatorPlane) -> dict[str, list[str]]:
+    """CRD names by project."""
+    return operator_plane.installed
 
 
 def test_modules_txt_gives_every_module_project_samples_and_crds() -> None:
