@@ -33,8 +33,9 @@ from harness.api import as_json
 from harness.cli import gpushare, webhook_configuration
 from harness.controlplane import ControlPlane
 from harness.registration import Registration
-from webhook.core import load_policies
+from webhook.core import builtin_kinds, load_policies
 from webhook.install.certs import service_dns_names
+from webhook.install.template_webhooks import template_webhooks
 from webhook.server.settings import ServeSettings
 
 DEPLOY = REPO / "deploy"
@@ -321,11 +322,8 @@ def test_stored_service_secret_policies_and_webhooks_fit_together(
             assert webhooks["mutate.gpushare.io"]["failurePolicy"] == "Fail"
     # The pods' checks after mutation are the safety-net policy's (no CA, no call); the
     # validating configuration holds the workload-template webhooks.
-    assert set(webhooks) == {
-        "workloads.gpushare.io",
-        "cronjobs.gpushare.io",
-        "podtemplates.gpushare.io",
-    }
+    assert set(webhooks) == {w.name for w in template_webhooks(builtin_kinds())}
+    assert {"workloads.gpushare.io", "rayclusters.gpushare.io"} <= set(webhooks)
     policy = as_json(api, admission.read_validating_admission_policy("gpushare"))
     binding = as_json(api, admission.read_validating_admission_policy_binding("gpushare"))
     assert policy["spec"]["failurePolicy"] == "Fail"
