@@ -16,11 +16,11 @@ from typing import Any
 
 from webhook.constants import WHOLE_GPU_RESOURCE
 from webhook.core.draft import as_mapping
-from webhook.core.planning import UNPROCESSABLE, Denied, Planned, Untouched
+from webhook.core.planning import UNPROCESSABLE, Denied, Planned
 from webhook.core.server_parallelism import check_server_gpus
 from webhook.core.verdict import Verdict
 from webhook.core.workload_kinds import TemplateAt, WorkloadKind, pod_count
-from webhook.core.workload_pods import template_pod
+from webhook.core.workload_pods import owner_name, template_pod
 
 
 def pod_gpus(decision: Any, pod: Mapping[str, Any]) -> int:
@@ -46,14 +46,12 @@ def pod_gpus(decision: Any, pod: Mapping[str, Any]) -> int:
 
 def cluster_gpus(
     document: Mapping[str, Any],
-    kind: WorkloadKind,
-    found: Sequence[tuple[TemplateAt, Any]],
-    namespace: str,
+    found: Sequence[tuple[TemplateAt, Any, Mapping[str, Any] | None]],
 ) -> int:
-    """Every GPU the workload's pods get at once: over its templates, pods x GPUs each."""
+    """Every GPU the workload's pods get at once: over its templates (each with its
+    decision and the pod it makes), pods x GPUs each."""
     total = 0
-    for at, decision in found:
-        pod = template_pod(document, kind, at, namespace)
+    for at, decision, pod in found:
         if pod is None:
             continue
         try:
@@ -74,13 +72,15 @@ def short_of_cluster(
     cluster gets, each with its denial."""
     if not kind.gpus_across_templates:
         return {}
-    total = cluster_gpus(document, kind, [(at, v.decision) for at, v in found], namespace)
+    pods = [template_pod(document, kind, at, namespace) for at, _ in found]
+    total = cluster_gpus(
+        document, [(at, v.decision, pod) for (at, v), pod in zip(found, pods, strict=True)]
+    )
     refused: dict[int, Verdict] = {}
-    for index, (at, verdict) in enumerate(found):
+    for index, ((_, verdict), pod) in enumerate(zip(found, pods, strict=True)):
         decision = verdict.decision
-        if not isinstance(decision, Planned) or isinstance(decision, Untouched):
+        if not isinstance(decision, Planned):
             continue
-        pod = template_pod(document, kind, at, namespace)
         container = _named(pod, str(decision.record.get("container", "")))
         server = check_server_gpus(container, 1) if container else None
         if server is None or server.unknown or server.needs <= total:
@@ -89,8 +89,8 @@ def short_of_cluster(
         reason = (
             f"container {decision.record.get('container')!r}: {server.how} with {settings} "
             f"needs {server.needs} GPUs, but all the pods of {kind.kind} "
-            f"{_name(document)!r} get {total} in all: give its worker groups the GPUs, or "
-            "lower the server's parallelism"
+            f"{owner_name(document)!r} get {total} in all: give its worker groups the GPUs, "
+            "or lower the server's parallelism"
         )
         denial = Denied((reason,), decision.policy.name, UNPROCESSABLE)
         refused[index] = Verdict(
@@ -104,8 +104,3 @@ def _named(pod: Mapping[str, Any] | None, name: str) -> Mapping[str, Any] | None
         if as_mapping(container).get("name") == name:
             return as_mapping(container)
     return None
-
-
-def _name(document: Mapping[str, Any]) -> str:
-    metadata = as_mapping(document.get("metadata"))
-    return str(metadata.get("name") or metadata.get("generateName") or "")

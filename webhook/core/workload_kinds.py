@@ -42,7 +42,6 @@ from webhook.core.object_paths import ANYS, parse_path, value_at, walk, written_
 # More pod templates than this in one object is hostile input, not a workload: a Workflow
 # with hundreds of steps still has far fewer templates.
 MAX_TEMPLATES = 256
-MAX_KINDS = 256
 
 
 class Shape(StrEnum):
@@ -364,11 +363,9 @@ class KindTable:
             return None
         return self.by_group_kind.get((group, kind))
 
-    def groups_of(self, kind: Any) -> list[str]:
-        return [k.group for k in self.kinds if k.kind == kind]
 
-
-@functools.cache
+# A few entries: one per distinct set of the policies' own kinds a process has loaded.
+@functools.lru_cache(maxsize=16)
 def kind_table(custom: tuple[WorkloadKind, ...] = ()) -> KindTable:
     """The built-in kinds and ``custom`` ones (a custom kind may not replace a built-in)."""
     return KindTable((*builtin_kinds(), *custom))

@@ -191,7 +191,7 @@ def _argo_template(
     else:
         return None
     # The workflow's spec holds the templates: the path ends in ``templates[i]``.
-    workflow = as_mapping(_at(document, at.path[:-2]))
+    workflow = as_mapping(value_at(document, at.path[:-2]))
     spec: dict[str, Any] = {"containers": [{"name": ARGO_WAIT}, *mains]}
     for key in _ARGO_POD_FIELDS:
         value = template.get(key, workflow.get(key))
@@ -204,15 +204,3 @@ def _argo_template(
         for key in ("labels", "annotations")
     }
     return metadata, spec
-
-
-def _at(document: Any, path: tuple[str | int, ...]) -> Any:
-    value = document
-    for step in path:
-        if isinstance(value, dict) and isinstance(step, str):
-            value = value.get(step)
-        elif isinstance(value, list) and isinstance(step, int) and step < len(value):
-            value = value[step]
-        else:
-            return None
-    return value

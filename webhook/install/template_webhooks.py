@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from webhook.constants import REQUEST_ANNOTATIONS
 from webhook.core import Shape, TemplateSite, WorkloadKind
+from webhook.install.policy_facts import cel_string
 
 WORKLOAD_OPERATIONS = ["CREATE", "UPDATE"]
 WEBHOOK_SUFFIX = ".gpushare.io"
@@ -57,13 +58,8 @@ class TemplateWebhook:
         ]
 
 
-def _literal(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{escaped}'"
-
-
 def _annotated(annotations: str) -> str:
-    tests = " || ".join(f"{_literal(key)} in {annotations}" for key in REQUEST_ANNOTATIONS)
+    tests = " || ".join(f"{cel_string(key)} in {annotations}" for key in REQUEST_ANNOTATIONS)
     return f"({tests})"
 
 

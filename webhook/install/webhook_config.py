@@ -48,6 +48,7 @@ from webhook.constants import (
 )
 from webhook.core import WorkloadKind, builtin_kinds
 from webhook.errors import GpushareError
+from webhook.install.policy_facts import cel_string
 from webhook.install.template_webhooks import (
     WORKLOAD_OPERATIONS,
     TemplateWebhook,
@@ -114,21 +115,15 @@ class WebhookSettings:
     workload_kinds: tuple[WorkloadKind, ...] = field(default_factory=builtin_kinds)
 
 
-def _cel_string(value: str) -> str:
-    """A CEL string literal; single quotes so the YAML stays readable."""
-    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{escaped}'"
-
-
 def _annotations_contain_any(keys: Iterable[str]) -> str:
-    tests = " || ".join(f"{_cel_string(key)} in object.metadata.annotations" for key in keys)
+    tests = " || ".join(f"{cel_string(key)} in object.metadata.annotations" for key in keys)
     return f"has(object.metadata.annotations) && ({tests})"
 
 
 def not_mirror_pod_expression() -> str:
     return (
         "!has(object.metadata.annotations) || "
-        f"!({_cel_string(MIRROR_POD_ANNOTATION)} in object.metadata.annotations)"
+        f"!({cel_string(MIRROR_POD_ANNOTATION)} in object.metadata.annotations)"
     )
 
 
@@ -139,7 +134,7 @@ def annotated_pod_expression() -> str:
 def _requests_any_resource(container_list: str, resources: Sequence[str]) -> str:
     checks = []
     for resource in resources:
-        literal = _cel_string(resource)
+        literal = cel_string(resource)
         checks.append(
             f"(has(c.resources.limits) && {literal} in c.resources.limits)"
             f" || (has(c.resources.requests) && {literal} in c.resources.requests)"
