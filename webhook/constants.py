@@ -92,6 +92,19 @@ OPT_OUT_VALUE = "exclude"
 # Node label the MPS daemon launcher sets only while its daemons serve.
 MPS_READY_LABEL = f"{API_GROUP}/mps-ready"
 
+# -- GPU shares in quota (docs/quotas.md) ------------------------------------------------------
+# The extended resource a policy with ``quota.shareResource`` puts on every pod it admits:
+# thousandths of one GPU, requests equal to limits (extended resources are whole numbers and
+# never overcommitted), so a plain ResourceQuota (``requests.gpushare.io/milligpu``) and a
+# Kueue ClusterQueue count GPU share whatever the scheme's own units. ``gpushare
+# share-capacity`` advertises MILLI_GPUS_PER_GPU per GPU on each node for the scheduler.
+SHARE_RESOURCE = f"{API_GROUP}/milligpu"
+MILLI_GPUS_PER_GPU = 1000
+# Showback: labels a cost tool can group pods by (the applied record has the same facts).
+SHARE_LABEL = f"{API_GROUP}/milligpu"
+POOL_LABEL = f"{API_GROUP}/pool"
+GPU_MODEL_LABEL = f"{API_GROUP}/gpu-model"
+
 # -- Kubernetes --------------------------------------------------------------------------------
 # The kubelet marks the API copy of a static pod with this annotation; admission cannot
 # change such mirror pods (the kubelet recreates them from the file), so they are skipped.
@@ -130,6 +143,8 @@ GFD_STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
 # appended where the sharing config keeps the resource name).
 GFD_MEMORY_LABEL = "nvidia.com/gpu.memory"
 GFD_PRODUCT_LABEL = "nvidia.com/gpu.product"
+# How many physical GPUs the node has (GFD, internal/lm/resource.go: the full GPU count).
+GFD_COUNT_LABEL = "nvidia.com/gpu.count"
 # GKE's node label naming the GPU model of a node pool ("nvidia-l4", "nvidia-tesla-t4"...),
 # the nodeSelector GKE's "Deploy GPU workloads in Autopilot" and "Run GPUs in Standard node
 # pools" pages use.
@@ -156,6 +171,12 @@ KNOWN_GPU_RESOURCES: frozenset[str] = frozenset(
         "aliyun.com/gpu-count",
     }
 )
+
+# -- Kueue ---------------------------------------------------------------------------------------
+# A workload Kueue manages names its LocalQueue in this label (sigs.k8s.io/kueue
+# pkg/controller/constants QueueLabel); Kueue computes its demand from the pod templates when
+# it creates the Workload, before any pod exists.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 # -- CUDA MPS ---------------------------------------------------------------------------------
 MPS_THREAD_PERCENTAGE_VAR = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"

@@ -216,3 +216,11 @@ def test_the_usual_pod_evaluates_few_variables() -> None:
         used = set(re.findall(r"variables\.([A-Za-z0-9_]+)", declared[name]))
         assert used <= copies, (name, used - copies)
     assert len(copies) <= 14, sorted(copies)
+
+
+def test_counting_shares_in_quota_is_refused_by_field() -> None:
+    from webhook.core.policy.quota import QuotaSettings
+
+    found = refusals(_with(quota=QuotaSettings(share_resource=True, showback_labels=True)))
+    assert [r.field for r in found] == ["quota.shareResource", "quota.showbackLabels"]
+    assert "keep the webhook" in str(found[0])

@@ -63,7 +63,15 @@ def test_settings_the_issue_asks_for(ca_file: Path) -> None:
     mutating, validating = webhook_configurations(settings_for(ca_file))
     assert mutating["kind"] == "MutatingWebhookConfiguration"
     assert validating["kind"] == "ValidatingWebhookConfiguration"
-    assert len(mutating["webhooks"]) == 1
+    # The pods' webhook, and the one that charges Kueue-managed workloads their share.
+    assert [w["name"] for w in mutating["webhooks"]] == ["mutate.gpushare.io", "kueue.gpushare.io"]
+    kueue = mutating["webhooks"][1]
+    assert kueue["clientConfig"] == mutating["webhooks"][0]["clientConfig"]
+    assert kueue["failurePolicy"] == mutating["webhooks"][0]["failurePolicy"]
+    assert kueue["matchConditions"][0]["name"] == "managed-by-kueue"
+    assert {"jobs", "jobsets", "rayjobs", "pytorchjobs"} <= {
+        r for rule in kueue["rules"] for r in rule["resources"]
+    }
     for document in (mutating, validating):
         webhook = document["webhooks"][0]
         assert webhook["sideEffects"] == "None"

@@ -124,6 +124,20 @@ def _policy_refusals(policy: Policy) -> list[Refusal]:
                 glob_regex(pattern)
             except ValueError as error:
                 found.append(_refuse(policy, field, f"{error}: write the range low-high"))
+    for field, on in (
+        ("quota.shareResource", policy.quota.share_resource),
+        ("quota.showbackLabels", policy.quota.showback_labels),
+    ):
+        if on:
+            found.append(
+                _refuse(
+                    policy,
+                    field,
+                    "the compiled policies do not write gpushare.io/milligpu (the share's "
+                    "resource, labels and record) nor charge Kueue-managed templates: keep the "
+                    "webhook for this policy, or set it to false",
+                )
+            )
     if len({name for name, _ in policy.inject.env}) != len(policy.inject.env):
         found.append(_refuse(policy, "inject.env", "a name appears twice: keep one"))
     return found

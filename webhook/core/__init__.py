@@ -67,6 +67,7 @@ from webhook.core.workload_kinds import (
     templates_at,
 )
 from webhook.core.workload_pods import template_pod
+from webhook.core.workload_quota import KueueCharge, kueue_charge, kueue_queue
 from webhook.core.workload_verdicts import TemplateVerdict, WorkloadVerdict
 from webhook.core.workloads import (
     api_group,
@@ -95,6 +96,7 @@ __all__ = [
     "DirectRequests",
     "FrameworkImages",
     "Knob",
+    "KueueCharge",
     "Match",
     "Mode",
     "ModeProfile",
@@ -128,6 +130,8 @@ __all__ = [
     "format_fraction",
     "image_version",
     "kinds_read",
+    "kueue_charge",
+    "kueue_queue",
     "load_policies",
     "load_policy_text",
     "load_policy_texts",

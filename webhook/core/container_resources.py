@@ -10,7 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from webhook.constants import CONTAINER_ANNOTATION, FRACTION_ANNOTATION, KNOWN_GPU_RESOURCES
+from webhook.constants import (
+    CONTAINER_ANNOTATION,
+    FRACTION_ANNOTATION,
+    KNOWN_GPU_RESOURCES,
+    SHARE_RESOURCE,
+)
 from webhook.core.draft import PlanDraft, as_mapping
 from webhook.core.policy.model import PolicySet
 
@@ -27,6 +32,7 @@ def is_gpu_resource(name: str, policies: PolicySet) -> bool:
     container asking for one by hand besides the annotation would be counted twice."""
     return (
         name in KNOWN_GPU_RESOURCES
+        or name == SHARE_RESOURCE
         or name.startswith("nvidia.com/mig-")
         or name in policies.gpu_resource_names
     )
@@ -106,7 +112,10 @@ def set_container_resources(draft: PlanDraft, resources: Iterable[tuple[str, int
             # The apiserver copies limits into missing requests before admission: one
             # ask, one message, as for the manifest the user wrote.
             repeated = section == "requests" and str(limits.get(key)) == str(value)
-            if wanted.get(key) != str(value) and not repeated:
+            # The share resource is gpushare's to set (a Kueue-managed template carries it
+            # already, perhaps under an older policy): overwritten, never refused.
+            ours = key == SHARE_RESOURCE and key in wanted
+            if wanted.get(key) != str(value) and not repeated and not ours:
                 draft.problems.append(
                     f"container {draft.container_name!r} already asks for {key}: {value} in "
                     f"resources.{section}; remove it and let the {FRACTION_ANNOTATION} "

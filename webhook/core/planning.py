@@ -58,6 +58,12 @@ from webhook.core.policy.selection import select_policy
 from webhook.core.quantity import is_bare_number
 from webhook.core.request import GpuRequest, has_gpu_request, read_request
 from webhook.core.server_parallelism import refuse_short_server
+from webhook.core.share_accounting import (
+    held_milli_gpus,
+    record_share,
+    share_resources,
+    whole_milli_gpus,
+)
 
 # A gpu-memory number without a unit is MiB; below this it was probably meant as GiB.
 _SMALL_BARE_MIB = 1024
@@ -230,7 +236,8 @@ def _whole_gpus(draft: PlanDraft, request: GpuRequest) -> dict[str, Any]:
         draft.problems.append(changes)
         changes = ModeChanges()
     resources = changes.resources
-    set_container_resources(draft, resources)
+    milli = whole_milli_gpus(count)
+    set_container_resources(draft, (*resources, *share_resources(policy, milli)))
     if draft.explaining and resources:
         asked = " + ".join(name for name, _ in resources)
         draft.explanation.append(f"request: {count} whole GPU(s) as {asked}")
@@ -245,6 +252,7 @@ def _whole_gpus(draft: PlanDraft, request: GpuRequest) -> dict[str, Any]:
     }
     if resources and resources != ((resources[0][0], count),):
         record["resources"] = dict(resources)  # several, or counted otherwise (vcuda cores)
+    record_share(draft, record, milli, None)
     return record
 
 
@@ -264,7 +272,8 @@ def _shared(draft: PlanDraft, placement: Placement) -> dict[str, Any]:
     memos = plan_memos(draft.policies)
     key = placement_key(policy, placement)
     changes = memos.mode_changes.get_or_compute(key, mode_changes, policy, placement)
-    set_container_resources(draft, changes.resources)
+    milli = held_milli_gpus(policy, placement)
+    set_container_resources(draft, (*changes.resources, *share_resources(policy, milli)))
     if draft.explaining:
         draft.explanation += changes.explanation
     frameworks = None
@@ -305,4 +314,5 @@ def _shared(draft: PlanDraft, placement: Placement) -> dict[str, Any]:
         record["memory"] = f"{format_fraction(placement.asked_memory_mib)}Mi"
     if placement.node_gpu_memory_mib is not None:
         record["nodeGpuMemory"] = f"{placement.node_gpu_memory_mib}Mi"
+    record_share(draft, record, milli, placement)
     return record

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from webhook.constants import REQUEST_ANNOTATIONS
+from webhook.constants import KUEUE_QUEUE_LABEL, REQUEST_ANNOTATIONS
 from webhook.core import Shape, TemplateSite, WorkloadKind
 from webhook.install.policy_facts import cel_string
 
@@ -30,6 +30,13 @@ WEBHOOK_SUFFIX = ".gpushare.io"
 # The built-in kinds' webhook that existing installations know by name.
 SPEC_TEMPLATE_WEBHOOK = "workloads.gpushare.io"
 _ITEM_VARIABLES = ("a", "b", "c", "d")
+# The mutating twins of the template webhooks, for workloads Kueue manages: their templates
+# get the share their pods will hold (webhook.core.workload_quota), so Kueue charges it.
+KUEUE_WEBHOOK_NAME = "kueue.gpushare.io"
+KUEUE_CONDITION_NAME = "managed-by-kueue"
+KUEUE_CONDITION = (
+    f"has(object.metadata.labels) && {cel_string(KUEUE_QUEUE_LABEL)} in object.metadata.labels"
+)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,9 @@ from webhook.core import WorkloadKind, builtin_kinds
 from webhook.errors import GpushareError
 from webhook.install.policy_facts import cel_string
 from webhook.install.template_webhooks import (
+    KUEUE_CONDITION,
+    KUEUE_CONDITION_NAME,
+    KUEUE_WEBHOOK_NAME,
     WORKLOAD_OPERATIONS,
     TemplateWebhook,
     template_webhooks,
@@ -245,8 +248,30 @@ def mutating_configuration(settings: WebhookSettings) -> dict[str, Any]:
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": _metadata(settings),
-        "webhooks": [webhook],
+        "webhooks": [
+            webhook,
+            kueue_webhook(settings),
+        ],
     }
+
+
+def kueue_webhook(settings: WebhookSettings) -> dict[str, Any]:
+    """The one mutating webhook for workloads Kueue manages (any kind with pod templates):
+    their templates get the share their pods will hold, so Kueue charges it before any pod
+    exists. Its condition is the template webhooks' conditions joined (each guarded by
+    has(), so false on another kind's object). The pods' failurePolicy: a workload admitted
+    without its share escapes the queue's quota."""
+    templates = template_webhooks(settings.workload_kinds)
+    rules = [rule for t in templates for rule in t.rules(WORKLOAD_OPERATIONS)]
+    webhook = _common_webhook(settings, KUEUE_WEBHOOK_NAME, MUTATE_PATH, rules)
+    webhook["matchConditions"] = [
+        {"name": KUEUE_CONDITION_NAME, "expression": KUEUE_CONDITION},
+        {
+            "name": "template-requests-gpu-share",
+            "expression": " || ".join(f"({t.expression})" for t in templates),
+        },
+    ]
+    return webhook
 
 
 def pod_match_conditions(settings: WebhookSettings) -> list[dict[str, str]]:

@@ -33,6 +33,8 @@ from webhook.core import (
     WorkloadKind,
     WorkloadVerdict,
     check_workload,
+    kueue_charge,
+    kueue_queue,
     mutate,
     pod_shape_problem,
     pod_size_problem,
@@ -78,7 +80,7 @@ def pod_handler(endpoint: Endpoint, store: PolicyStore) -> Decide:
     def handle(request: AdmissionRequest) -> AdmissionResponse:
         if not request.is_pod_create:
             if may_patch:
-                return allowed(outcome=Outcome.SKIPPED)
+                return _charge_for_kueue(request, store)
             return _handle_workload(request, store)
         pod = request.object
         if pod is None:
@@ -130,6 +132,30 @@ def _handle_workload(request: AdmissionRequest, store: PolicyStore) -> Admission
     if checked is None:
         return allowed(outcome=Outcome.SKIPPED)
     return _workload_response(checked)
+
+
+def _charge_for_kueue(request: AdmissionRequest, store: PolicyStore) -> AdmissionResponse:
+    """A workload Kueue manages: its templates get the share its pods will hold, so that
+    Kueue charges it (``webhook.core.workload_quota``); anything else is left alone, and a
+    template the validating webhook refuses is refused there."""
+    if request.sub_resource or request.operation not in _WORKLOAD_OPERATIONS:
+        return allowed(outcome=Outcome.SKIPPED)
+    policies = store.policies
+    kind = workload_kind(request.group, request.kind, policies)
+    workload = request.object
+    if kind is None or workload is None or kueue_queue(workload) is None or policies is None:
+        return allowed(outcome=Outcome.SKIPPED)
+    if request.operation == "UPDATE" and not template_changed(request.old_object, workload, kind):
+        return allowed(outcome=Outcome.SKIPPED)
+    if _template_problem(workload, kind, request.namespace or "default") is not None:
+        return allowed(outcome=Outcome.SKIPPED)  # the validating webhook says why
+    checked = check_workload(workload, kind, request.namespace or "default", policies)
+    charge = kueue_charge(checked) if checked is not None else None
+    if charge is None or (not charge.patch and not charge.warnings):
+        return allowed(outcome=Outcome.SKIPPED)
+    if not charge.patch:
+        return allowed(list(charge.warnings), policy=charge.policy)
+    return patched(charge.patch, list(charge.warnings), charge.policy)
 
 
 def _template_problem(

@@ -12,7 +12,7 @@ from webhook.core.modes.base import (
     ModeProfile,
     SharingMode,
 )
-from webhook.core.modes.dra import DraConsumableMemory, namespace_templates
+from webhook.core.modes.dra import DraConsumableMemory, namespace_templates, share_of_claim
 from webhook.core.modes.hami import Hami
 from webhook.core.modes.kai import KaiHandOver
 from webhook.core.modes.mps import DevicePluginMps
@@ -85,6 +85,7 @@ __all__ = [
     "mode_profile",
     "namespace_templates",
     "place_request",
+    "share_of_claim",
     "shares_several_gpus",
     "whole_gpu_changes",
     "whole_gpu_resources",

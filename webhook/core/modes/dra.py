@@ -68,6 +68,15 @@ def share_mib(settings: DraSettings, asked_mib: float) -> int:
     return min(_ceil_to(asked_mib, settings.granularity_mib), settings.gpu_memory_mib)
 
 
+def share_of_claim(policy: Policy, placement: Placement) -> float:
+    """The share of a GPU the pod's claim asks: its memory over the declared GPU memory."""
+    settings = policy.dra
+    if settings.gpu_memory_mib <= 0:
+        return placement.fraction
+    mib = share_mib(settings, placement.fraction * settings.gpu_memory_mib)
+    return mib / settings.gpu_memory_mib
+
+
 def share_sizes(policy: Policy) -> list[int]:
     """Every share (MiB) a pod under ``policy`` can ask for: one template each."""
     settings = policy.dra

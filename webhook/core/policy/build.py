@@ -35,6 +35,7 @@ from webhook.core.policy.model import (
     WholeGpus,
     frozen_map,
 )
+from webhook.core.policy.quota import build_quota
 from webhook.core.policy.schemes import SCHEME_SECTIONS, build_schemes, scheme_resource
 from webhook.core.quantity import parse_memory_mib
 
@@ -168,6 +169,7 @@ def build_policy(name: str, source: str, spec: Mapping[str, Any]) -> Policy:
         mps_daemon=MpsDaemonSettings(**_present(spec.get("mpsDaemon", {}), _MPS_DAEMON_FIELDS)),
         dra=_dra(spec),
         inject=_injections(spec),
+        quota=build_quota(spec.get("quota")),
         schemes=build_schemes(spec, memory_mib(spec.get("gpuMemory")))
         if Mode(spec["mode"]) in SCHEME_SECTIONS
         else None,

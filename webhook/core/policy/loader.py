@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from jsonschema.exceptions import ValidationError
 from webhook.constants import ALWAYS_EXCLUDED_NAMESPACES, DEFAULT_EXCLUDED_NAMESPACES
 from webhook.core.policy.build import build_policy
 from webhook.core.policy.model import API_VERSION, POLICY_KIND, SETTINGS_KIND, Policy, PolicySet
+from webhook.core.policy.quota import quotas_declared_twice
 from webhook.core.policy.rules import check
 from webhook.core.policy.schema import POLICY_SCHEMA, SETTINGS_SCHEMA
 from webhook.core.policy.yaml_reader import compose_documents, load_documents
@@ -346,6 +347,16 @@ def _check_across_policies(
                 line,
             )
         defaults[policy.priority] = policy
+    _quotas_declared_once(policies, at, problems)
+
+
+def _quotas_declared_once(
+    policies: list[Policy], at: Callable[..., tuple[str, int | None]], problems: _Problems
+) -> None:
+    named = [(policy.name, policy.quota) for policy in policies]
+    for index, keys, message in quotas_declared_twice(named):
+        path, line = at(policies[index], "spec", "quota", *keys)
+        problems.add(policies[index].source, path, message, line)
 
 
 def default_policies_path() -> Path:

@@ -16,6 +16,7 @@ from webhook.constants import (
     SHARED_GPU_RESOURCE,
     WHOLE_GPU_RESOURCE,
 )
+from webhook.core.policy.quota import QuotaSettings
 
 if TYPE_CHECKING:
     from webhook.core.policy.schemes import SchemeSettings
@@ -264,6 +265,8 @@ class Policy:
     # The other schemes' sections (``policy.schemes``); None for the NVIDIA plugin's modes.
     schemes: SchemeSettings | None = None
     direct_requests: DirectRequests = DirectRequests.DENY
+    # GPU shares in the cluster's quotas (``policy.quota``, docs/quotas.md).
+    quota: QuotaSettings = field(default_factory=QuotaSettings)
     # A digest of the spec this policy was built from, recorded in each pod it mutates, so
     # a replica still serving another version can tell version skew from tampering.
     version: str = ""

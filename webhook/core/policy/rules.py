@@ -23,6 +23,7 @@ from webhook.core.framework_images import (
 )
 from webhook.core.policy.build import memory_mib
 from webhook.core.policy.model import NVIDIA_DRA_DRIVER, Allocation, DraSharing, Mode, Policy
+from webhook.core.policy.quota import quota_findings
 from webhook.core.policy.schemes import scheme_findings
 from webhook.core.quantity import is_bare_number
 
@@ -258,6 +259,12 @@ def _scheme_rules(policy: Policy, spec: _Spec) -> list[Finding]:
     return [Finding(message, at) for message, at in scheme_findings(policy.mode, spec)]
 
 
+def _quota_rules(policy: Policy, spec: _Spec) -> list[Finding]:
+    """Declared quotas need the share resource; a share the policy cannot know is refused
+    at admission (``planning``), not here: pools may be sized by the nodes' labels."""
+    return [Finding(message, at) for message, at in quota_findings(policy.quota)]
+
+
 RULES: tuple[Callable[[Policy, _Spec], list[Finding]], ...] = (
     _gpu_memory_is_a_size,
     _pools_follow_the_pool_rules,
@@ -270,6 +277,7 @@ RULES: tuple[Callable[[Policy, _Spec], list[Finding]], ...] = (
     _pytorch_images_can_take_the_fraction,
     _dra_mode_rules,
     _scheme_rules,
+    _quota_rules,
 )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.core.policy.model import API_VERSION, POLICY_KIND, SETTINGS_KIND
+from webhook.core.policy.quota import QUOTA_SCHEMA
 from webhook.core.policy.schemes import SCHEME_SCHEMA
 
 _NAME = {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "maxLength": 63}
@@ -228,6 +229,7 @@ _POLICY_SPEC = _object(
                 "annotations": _LABEL_MAP,
             }
         ),
+        "quota": QUOTA_SCHEMA,
         "directResourceRequests": {
             "enum": ["allow", "deny"],
             "description": "Whether pods may ask for the shared resource without the annotation.",
