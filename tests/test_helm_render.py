@@ -18,8 +18,9 @@ import yaml
 
 from harness.cli import gpushare
 from harness.helm import CHART, run_helm, template_args
-from webhook.core import builtin_kinds
-from webhook.install import webhook_entries
+from webhook.core import builtin_kinds, load_policy_texts
+from webhook.errors import PolicyError
+from webhook.install import quota_objects, webhook_entries
 from webhook.install.certs import certificate_pem, create_ca
 
 REPO = Path(__file__).resolve().parents[1]
@@ -515,3 +516,105 @@ def test_own_policies_need_their_own_safety_net(
     assert not [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")]
     names = [w["name"] for w in find(docs, "ValidatingWebhookConfiguration")["webhooks"]]
     assert names[0] == "validate.gpushare.io"
+
+
+# -- the quotas the policies declare: quota_objects' objects ----------------------------------
+
+QUOTA_KINDS = ("ResourceQuota", "ResourceFlavor", "ClusterQueue", "LocalQueue")
+QUOTA_POLICY = """\
+apiVersion: gpushare.io/v1alpha1
+kind: GpuSharingPolicy
+metadata: {{name: {name}}}
+spec:
+  mode: time-slicing
+  match: {{namespaces: [{namespaces}]}}
+  pools: [{{name: half, replicas: 2}}]
+  quota:
+    shareResource: true
+    namespaces: {quotas}
+    kueue: {{clusterQueue: {name}, gpus: "{gpus}", namespaces: [{namespaces}]{resources}}}
+"""
+QUOTA_FILES = {
+    # A settings document first, and a policy without quotas beside the declared ones.
+    "teams.yaml": "---\n".join(
+        [
+            OWN_KIND,
+            QUOTA_POLICY.format(
+                name="teams",
+                namespaces="team-b, team-a",
+                quotas='{team-b: "1.5", team-a: "4", team-c: "0.025"}',
+                gpus="8.5",
+                resources=', resources: {memory: 256Gi, cpu: "64", example.com/nic: "2"}',
+            ),
+        ]
+    ),
+    "research.yaml": QUOTA_POLICY.format(
+        name="research", namespaces="research", quotas='{research: "2"}', gpus="1", resources=""
+    )
+    + "---\n"
+    + (REPO / "policies/default.yaml").read_text().split("---\n", 1)[1],
+}
+
+
+def quota_values(tmp_path: Path, **quotas: bool) -> Path:
+    values = tmp_path / "quota-values.yaml"
+    content = {
+        "policies": {"files": QUOTA_FILES},
+        "safetyNet": {"enabled": False},
+        "webhook": {"validatingWebhook": "pods"},
+        "quotas": quotas,
+    }
+    values.write_text(yaml.safe_dump(content))
+    return values
+
+
+def by_identity(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The quota objects, in one order (Helm sorts its output by kind)."""
+    found = [d for d in documents if d["kind"] in QUOTA_KINDS]
+    return sorted(
+        found,
+        key=lambda d: (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]),
+    )
+
+
+def test_the_quota_objects_are_what_quota_objects_makes_of_the_same_policies(
+    helm: Path, helm_home: Path, tmp_path: Path
+) -> None:
+    docs = render(helm, helm_home, quota_values(tmp_path, enabled=True, kueue=True))
+    labels = find(docs, "ConfigMap", "gpushare-policies")["metadata"]["labels"]
+    expected = quota_objects(load_policy_texts(sorted(QUOTA_FILES.items())), labels)
+    assert [d["kind"] for d in expected].count("LocalQueue") == 3
+    assert by_identity(docs) == by_identity(expected)
+    # Without quotas.kueue (Kueue's CRDs absent): the ResourceQuotas only.
+    docs = render(helm, helm_home, quota_values(tmp_path, enabled=True))
+    quotas = [d for d in expected if d["kind"] == "ResourceQuota"]
+    assert [d["metadata"]["namespace"] for d in quotas] == [
+        "research",  # research.yaml before teams.yaml, as the loader reads a directory
+        "team-a",
+        "team-b",
+        "team-c",
+    ]
+    assert by_identity(docs) == by_identity(quotas)
+    assert not by_identity(render(helm, helm_home, quota_values(tmp_path)))
+    # The bundled policies declare none.
+    assert not by_identity(render(helm, helm_home, sets=("quotas.enabled=true",)))
+
+
+def test_quota_values_refused(helm: Path, helm_home: Path, tmp_path: Path) -> None:
+    message = refused(helm, helm_home, "quotas.kueue=true")
+    assert "at '/quotas/enabled': value must be true" in message
+    own = ("policies.existingConfigMap=team", "safetyNet.enabled=false")
+    own += ("webhook.validatingWebhook=pods", "quotas.enabled=true")
+    result = run_helm(helm, *template_args(sets=own), home=helm_home)
+    assert result.returncode == 1
+    assert "quotas.enabled renders the quotas of the policies this chart installs" in result.stderr
+    shared = QUOTA_FILES["teams.yaml"].replace('cpu: "64"', 'cpu: "64", gpushare.io/milligpu: "1"')
+    values = quota_values(tmp_path, enabled=True, kueue=True)
+    content = yaml.safe_load(values.read_text())
+    content["policies"]["files"]["teams.yaml"] = shared
+    values.write_text(yaml.safe_dump(content))
+    result = run_helm(helm, *template_args(values=[values]), home=helm_home)
+    assert result.returncode == 1
+    with pytest.raises(PolicyError) as raised:
+        quota_objects(load_policy_texts([("teams.yaml", shared)]), {})
+    assert raised.value.problems[0] in result.stderr

@@ -59,6 +59,8 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "webhook.node": {"webhook.core", "webhook.constants", "webhook.errors", "webhook.json_logging"},
     # The dra mode's templates, decided by the core, kept in the cluster.
     "webhook.dra": {"webhook.core", "webhook.constants", "webhook.errors"},
+    # gpushare.io/milligpu advertised on every GPU node, for quota on GPU share.
+    "webhook.quota": {"webhook.constants", "webhook.json_logging"},
     "webhook.compile": {
         "webhook.core",
         "webhook.constants",
@@ -95,6 +97,7 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
         "webhook.server",
         "webhook.node",
         "webhook.dra",
+        "webhook.quota",
         "webhook.compile",
         "webhook.plan",
     },

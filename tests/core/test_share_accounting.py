@@ -166,7 +166,7 @@ def test_every_scheme_counts_in_gpu_share(
 
 
 def test_rules_declared_quotas_need_the_share_resource() -> None:
-    with pytest.raises(PolicyError, match="only with quota.shareResource: true"):
+    with pytest.raises(PolicyError, match=r"only with quota\.shareResource: true"):
         policies_from(simple_policy(quota={"namespaces": {"team-a": "4"}}))
     policies = policies_from(
         simple_policy(quota={"shareResource": True, "namespaces": {"a": "1.5"}})

@@ -20,11 +20,14 @@ import yaml
 from gpu_nodes import FakeGpuNode, create_fake_node
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from kueue_plane import KueueTestPlane, kueue_test_plane
 from operator_plane import OperatorPlane, install_operator_crds
 
 from harness.api import ensure_namespace
 from harness.binary import HarnessBuildError, build_binary
 from harness.controlplane import ControlPlane
+from harness.kueue import KueueBuild, KueueError
+from harness.kueue import load_build as load_kueue_build
 from harness.operator_crds import OperatorCrds, OperatorCrdsError
 from harness.operator_crds import load as load_operator_crds
 from harness.registration import GpushareWebhook
@@ -250,3 +253,33 @@ def operator_plane(
     workdir = tmp_path_factory.mktemp("operator-plane")
     with ControlPlane(binary=harness_binary, workdir=workdir, with_scheduler=False) as plane:
         yield OperatorPlane(plane, operator_crds, install_operator_crds(plane, operator_crds))
+
+
+# --------------------------------------------------------------------------------------
+# Kueue, the real controller, built from its Go module (harness/kueue.py)
+
+
+@pytest.fixture(scope="session")
+def kueue_build() -> KueueBuild:
+    """Kueue's manager and CRDs (sigs.k8s.io/kueue, pinned in harness/tools/kueue/go.mod):
+    $GPUSHARE_KUEUE, else built by harness/tools/kueue/build.sh; a failed build fails the
+    tests with its output."""
+    try:
+        return load_kueue_build()
+    except KueueError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def kueue_plane(
+    harness_binary: Path,
+    operator_crds: OperatorCrds,
+    kueue_build: KueueBuild,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[KueueTestPlane]:
+    """A control plane of the module's own with the job and garbage-collector controllers,
+    the JobSet and KubeRay CRDs and Kueue running (tests/e2e/kueue_plane.py): `plane`,
+    `kueue` (queues, jobs' suspension, Workloads), `namespace()`, `logs()`."""
+    workdir = tmp_path_factory.mktemp("kueue-plane")
+    with kueue_test_plane(harness_binary, operator_crds, kueue_build, workdir) as plane:
+        yield plane

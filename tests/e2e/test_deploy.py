@@ -50,6 +50,7 @@ KUSTOMIZATIONS = (
     "overlays/cert-manager",
     "mps-daemon",
     "dra-templates",  # applied (server-side dry run) in test_dra.py
+    "share-capacity",  # run in tests/e2e/test_share_capacity.py
     "monitoring",  # rendered below; its kinds need the Prometheus Operator's CRDs
 )
 # Files the gpushare-certs overlay expects the admin to generate (git-ignored there).

@@ -22,6 +22,7 @@ from webhook.cli.node_commands import add_node_commands
 from webhook.cli.plan_command import add_plan_command
 from webhook.cli.policy_commands import add_policy_commands
 from webhook.cli.serve_command import add_serve_command
+from webhook.cli.share_capacity_command import add_share_capacity_command
 from webhook.errors import GpushareError, ManifestError, PolicyError
 
 
@@ -52,6 +53,7 @@ def build_command_tree() -> Command:
     add_install_commands(commands)
     add_node_commands(commands)
     add_dra_command(commands)
+    add_share_capacity_command(commands)
     add_compile_command(commands)
     return command
 

@@ -40,6 +40,7 @@ from webhook.install import (
     admission_configurations,
     connect_to_cluster,
     parse_ip_addresses,
+    quota_objects,
     render_yaml,
     service_dns_names,
     webhook_entries,
@@ -187,7 +188,8 @@ def _add_webhook_config(subparsers: Commands) -> None:
             "re-check pods inside the apiserver after mutation (the safety net, CEL, built "
             "from --policies: regenerate after editing them); and the "
             "ValidatingWebhookConfiguration for workload templates (and pods with "
-            "--validating-webhook pods)."
+            "--validating-webhook pods). With --quotas, the quota objects the policies "
+            "declare follow."
         ),
     )
     parser.add_argument(
@@ -257,13 +259,23 @@ def _add_webhook_config(subparsers: Commands) -> None:
         help="the binding's validationActions, repeatable: Deny, or Warn and Audit to try the "
         f"policy out first (default: {', '.join(DEFAULT_VALIDATION_ACTIONS)})",
     )
-    parser.add_argument("--name", default="gpushare", help="name of every object printed")
+    parser.add_argument(
+        "--quotas",
+        action="store_true",
+        help="also print, after the configurations, the objects the policies' quota sections "
+        "declare: a ResourceQuota per quota.namespaces entry; for quota.kueue a ResourceFlavor, "
+        "the ClusterQueue and its LocalQueues (kueue.x-k8s.io/v1beta2; docs/quotas.md)",
+    )
+    parser.add_argument("--name", default="gpushare", help="name of every admission object printed")
     parser.set_defaults(func=run_webhook_config)
 
 
 def run_webhook_config(args: argparse.Namespace) -> int:
     if args.service and not args.namespace:
         print("gpushare webhook-config: --service needs --namespace.", file=sys.stderr)
+        return EXIT_USAGE
+    if args.quotas and args.workload_webhooks:
+        print("gpushare webhook-config: --workload-webhooks prints no --quotas.", file=sys.stderr)
         return EXIT_USAGE
     try:
         bundle = b"".join(path.read_bytes() for path in args.ca)
@@ -304,8 +316,11 @@ def run_webhook_config(args: argparse.Namespace) -> int:
         return EXIT_OK
     try:
         documents = admission_configurations(settings, policies)
+        quotas = quota_objects(policies, settings.labels) if args.quotas else []
     except GpushareError as error:
         print(f"gpushare webhook-config: {error}", file=sys.stderr)
         return EXIT_USAGE
-    sys.stdout.write(render_yaml(documents))
+    if args.quotas and not quotas:
+        print("gpushare webhook-config: the policies declare no quotas.", file=sys.stderr)
+    sys.stdout.write(render_yaml([*documents, *quotas]))
     return EXIT_OK

@@ -124,6 +124,14 @@ def _policy_refusals(policy: Policy) -> list[Refusal]:
                 glob_regex(pattern)
             except ValueError as error:
                 found.append(_refuse(policy, field, f"{error}: write the range low-high"))
+    found += _quota_refusals(policy)
+    if len({name for name, _ in policy.inject.env}) != len(policy.inject.env):
+        found.append(_refuse(policy, "inject.env", "a name appears twice: keep one"))
+    return found
+
+
+def _quota_refusals(policy: Policy) -> list[Refusal]:
+    found: list[Refusal] = []
     for field, on in (
         ("quota.shareResource", policy.quota.share_resource),
         ("quota.showbackLabels", policy.quota.showback_labels),
@@ -138,8 +146,6 @@ def _policy_refusals(policy: Policy) -> list[Refusal]:
                     "webhook for this policy, or set it to false",
                 )
             )
-    if len({name for name, _ in policy.inject.env}) != len(policy.inject.env):
-        found.append(_refuse(policy, "inject.env", "a name appears twice: keep one"))
     return found
 
 

@@ -2,8 +2,10 @@
 
 Kueue charges a Job, JobSet, RayJob or PyTorchJob in its ClusterQueue from the pod
 templates, when it creates the Workload object, before any pod exists (sigs.k8s.io/kueue
-v0.17.0 pkg/controller/jobframework/reconciler.go builds the Workload from the job's
-PodSets; pkg/workload/resources.go sums their containers' requests). gpushare otherwise
+v0.17.0: pkg/controller/jobframework/reconciler.go ``constructWorkload`` copies the job's
+PodSets, templates included; pkg/workload/workload.go ``totalRequestsFromPodSets`` sums
+each template's container requests, less ``excludeResourcePrefixes``, through the
+configured resource transformations). gpushare otherwise
 changes pods only, at creation: a template that says ``gpu-fraction: "0.5"`` would ask
 Kueue for no GPU at all and be admitted past a full queue. So for a workload that names a
 Kueue LocalQueue (the ``kueue.x-k8s.io/queue-name`` label) and whose policy counts shares

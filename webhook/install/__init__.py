@@ -1,5 +1,6 @@
 """Install tools: the serving certificate and the webhook configurations that register gpushare
-with the apiserver. They read no pods and make no admission decision.
+with the apiserver, and the quota objects the policies declare. They read no pods and make no
+admission decision.
 
 This is the package's face: other packages import only the names below. Layout:
 docs/architecture.md.
@@ -18,6 +19,7 @@ from webhook.install.certs import (
     write_certificates,
 )
 from webhook.install.cluster_certs import CertSettings, ClusterCertificates, connect_to_cluster
+from webhook.install.declared_quotas import quota_objects
 from webhook.install.template_webhooks import webhook_entries
 from webhook.install.validating_policy import DEFAULT_VALIDATION_ACTIONS, VALIDATION_ACTIONS
 from webhook.install.webhook_config import (
@@ -52,6 +54,7 @@ __all__ = [
     "ensure_local_certificates",
     "load_certificate",
     "parse_ip_addresses",
+    "quota_objects",
     "render_yaml",
     "service_dns_names",
     "webhook_entries",
