@@ -352,7 +352,10 @@ def test_defaults_a_cluster_admin_expects(helm: Path, helm_home: Path) -> None:
     }
     for kind in WEBHOOK_KINDS:
         for webhook in find(docs, kind)["webhooks"]:
-            expected = "Fail" if webhook["name"].startswith(("mutate.", "validate.")) else "Ignore"
+            # The pods' webhooks, and the one charging Kueue-managed workloads their share
+            # (admitted without it, a workload escapes its queue's quota), fail closed.
+            closed = ("mutate.", "validate.", "kueue.")
+            expected = "Fail" if webhook["name"].startswith(closed) else "Ignore"
             assert webhook["failurePolicy"] == expected
 
 

@@ -200,7 +200,7 @@ def test_the_share_among_the_other_resources_is_refused() -> None:
         objects(("teams.yaml", text))
     assert raised.value.problems == [
         "teams.yaml: spec.quota.kueue.resources: gpushare.io/milligpu is the queue's GPU "
-        "share, set by spec.quota.kueue.gpus: remove it from resources (policy teams)"
+        "share, set by quota.kueue.gpus: remove it from resources (line 15)"
     ]
 
 

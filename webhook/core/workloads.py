@@ -10,7 +10,9 @@ a bad ``gpu-fraction`` surfaces as an event on a ReplicaSet or a RayCluster long
 (``workload_pods``: the workload's namespace, the template's metadata, the controller's
 name and labels) with the very core that answers pods, so a workload whose pods would be
 denied is refused with the same reasons, and an accepted one says what each pod will get.
-Templates are never changed where they are written: pods are, at creation. What a template
+Templates are never changed where they are written: pods are, at creation (the one
+exception, the share a Kueue-managed template carries for Kueue to charge, is
+``workload_quota``'s). What a template
 would look like as the pods get it (``result``, ``patch``) is for the offline CLI, and only
 where the template is written as the pods' own (a PodTemplateSpec).
 """

@@ -24,9 +24,8 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
 
-from webhook.constants import API_GROUP, SHARE_RESOURCE
+from webhook.constants import DECLARED_BY_ANNOTATION, SHARE_RESOURCE
 from webhook.core import Policy, PolicySet
-from webhook.errors import PolicyError
 
 RESOURCE_QUOTA_NAME = "gpushare-gpu-shares"
 # The quota key of an extended resource: only `requests.` keys count its pods (a `limits.` key
@@ -37,11 +36,6 @@ FLAVOR_NAME = "gpushare"
 KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
 # The apiserver labels every Namespace with its own name under this key.
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
-DECLARED_BY_ANNOTATION = f"{API_GROUP}/declared-by"
-SHARE_IN_RESOURCES = (
-    f"spec.quota.kueue.resources: {SHARE_RESOURCE} is the queue's GPU share, set by "
-    "spec.quota.kueue.gpus: remove it from resources"
-)
 
 
 def declared_by(policy: Policy) -> str:
@@ -93,9 +87,6 @@ def kueue_objects(policy: Policy, labels: Mapping[str, str]) -> list[dict[str, A
     kueue = policy.quota.kueue
     if kueue is None:
         return []
-    if SHARE_RESOURCE in kueue.resources:
-        # Kueue refuses a resource covered twice; the share's quota is `gpus`.
-        raise PolicyError([f"{policy.source}: {SHARE_IN_RESOURCES} (policy {policy.name})"])
     quotas = {SHARE_RESOURCE: str(kueue.milli_gpus)}
     quotas |= {name: str(kueue.resources[name]) for name in sorted(kueue.resources)}
     # Null would admit no namespace and {} every one: exactly the listed ones.

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from webhook.constants import MILLI_GPUS_PER_GPU
+from webhook.constants import MILLI_GPUS_PER_GPU, SHARE_RESOURCE
 
 # GPUs' worth of shares, to the thousandth: "4", "1.5", "0.25".
 _GPUS = {"type": "string", "pattern": r"^\d{1,6}(\.\d{1,3})?$", "maxLength": 10}
@@ -147,6 +147,14 @@ def quota_findings(quota: QuotaSettings) -> list[tuple[str, tuple[str | int, ...
                 "only with quota.shareResource: true; set it (and run `gpushare "
                 "share-capacity` so the GPU nodes advertise the resource)",
                 ("quota",),
+            )
+        )
+    if quota.kueue is not None and SHARE_RESOURCE in quota.kueue.resources:
+        found.append(
+            (
+                f"{SHARE_RESOURCE} is the queue's GPU share, set by quota.kueue.gpus: "
+                "remove it from resources",
+                ("quota", "kueue", "resources"),
             )
         )
     if quota.kueue is not None and quota.kueue.milli_gpus == 0:
