@@ -310,8 +310,9 @@ def test_stored_service_secret_policies_and_webhooks_fit_together(
         webhooks = {w["name"]: w for w in as_json(api, configuration)["webhooks"]}
         for name, webhook in webhooks.items():
             assert webhook["clientConfig"]["caBundle"] == ca_bundle, name
-            # Pods go to /mutate and /validate; workload templates are checked at /validate.
-            path = "/mutate" if name.startswith("mutate.") else "/validate"
+            # Pods go to /mutate and /validate; workload templates are checked at /validate,
+            # and those Kueue manages get their share at /mutate.
+            path = "/mutate" if name.startswith(("mutate.", "kueue.")) else "/validate"
             assert webhook["clientConfig"]["service"] == {
                 "name": "gpushare",
                 "namespace": SYSTEM_NAMESPACE,
@@ -321,6 +322,7 @@ def test_stored_service_secret_policies_and_webhooks_fit_together(
             assert webhook["matchConditions"], name
         if "mutate.gpushare.io" in webhooks:
             assert webhooks["mutate.gpushare.io"]["failurePolicy"] == "Fail"
+            assert webhooks["kueue.gpushare.io"]["failurePolicy"] == "Fail"
     # The pods' checks after mutation are the safety-net policy's (no CA, no call); the
     # validating configuration holds the workload-template webhooks.
     assert set(webhooks) == {w.name for w in template_webhooks(builtin_kinds())}
