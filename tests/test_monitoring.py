@@ -3,9 +3,11 @@
 Both servers run for real and are scraped: ``gpushare serve`` (gunicorn, two workers, over
 TLS, as tests/server starts it) and ``gpushare mps-daemon`` with fake GPUs and the
 stand-in MPS control program (as tests/node runs it), its apiserver unreachable, which
-only keeps the node unlabelled. Every metric name in every dashboard target and every
-alert expression must be a sample name of one of those scrapes, and ``rate``/``increase``
-must only see counters and histogram series. The structure of the PrometheusRule and of
+only keeps the node unlabelled; the webhook first admits one pod under a policy that counts
+shares. Every metric name in every dashboard target and every alert expression must be a
+sample name of one of those scrapes (or, for the showback panels, one of the
+kube-state-metrics series named below), and ``rate``/``increase`` must only see counters and
+histogram series. The structure of the PrometheusRule and of
 the Grafana dashboard is checked as Prometheus Operator and Grafana read them.
 
 The expressions are read by Prometheus's own PromQL parser (tests/promql, a small Go
@@ -37,7 +39,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from werkzeug.test import Client
 
 from tests.node.node_fakes import A100, fake_gpus_file, mps_daemon_policy, write_fake_control
-from tests.server.support import BUNDLED_POLICIES, running_server, wait_until
+from tests.server.support import (
+    BUNDLED_POLICIES,
+    annotated_pod,
+    review,
+    running_server,
+    share_counting_policies,
+    wait_until,
+)
+from webhook.constants import SHARE_RESOURCE
 from webhook.policy_store import PolicyStore
 from webhook.server.app import create_app
 from webhook.server.metrics import AdmissionMetrics
@@ -152,7 +162,13 @@ def sample_types(exposition: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def webhook_exposition(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with running_server(tmp_path_factory.mktemp("webhook")) as server:
+    """The webhook's scrape after admitting one pod under a policy that counts shares (the
+    showback counter has no series before it counts one)."""
+    directory = tmp_path_factory.mktemp("webhook")
+    policies = share_counting_policies(directory / "policies")
+    with running_server(directory, "--policies", str(policies)) as server:
+        status, _ = server.json("POST", "/mutate", review(annotated_pod("0.5")))
+        assert status == 200
         status, body = server.request("GET", "/metrics")
         assert status == 200
         yield body.decode()
@@ -213,9 +229,24 @@ def http_get(url: str) -> str:
         return str(response.read().decode())
 
 
+# What the showback panels read of kube-state-metrics, which a cluster runs on its own (the
+# kube-prometheus stack does): names and types as its docs list them
+# (github.com/kubernetes/kube-state-metrics, docs/metrics/workload/pod-metrics.md and
+# docs/metrics/policy/resourcequota-metrics.md). A pod's extended resource is its label
+# resource with every character outside [a-zA-Z0-9_] made "_" (SanitizeLabelName in its
+# internal/store/utils.go); a ResourceQuota's resource label is the quota's own name.
+KUBE_STATE_METRICS = {
+    "kube_pod_container_resource_requests": "gauge",
+    "kube_pod_status_phase": "gauge",
+    "kube_resourcequota": "gauge",
+}
+KSM_SHARE_RESOURCE = re.sub(r"[^a-zA-Z0-9_]", "_", SHARE_RESOURCE)
+QUOTA_SHARE_RESOURCE = f"requests.{SHARE_RESOURCE}"
+
+
 @pytest.fixture(scope="module")
 def exported(webhook_exposition: str, mps_exposition: str) -> dict[str, str]:
-    return sample_types(webhook_exposition) | sample_types(mps_exposition)
+    return sample_types(webhook_exposition) | sample_types(mps_exposition) | KUBE_STATE_METRICS
 
 
 @pytest.fixture(scope="module")
@@ -286,6 +317,70 @@ def test_the_live_values_the_alerts_read(webhook_exposition: str, mps_exposition
     assert values["gpushare_mps_gpus"] == 1.0
     # The apiserver is unreachable, so the node is never labelled ready.
     assert values["gpushare_mps_node_ready"] == 0.0
+
+
+@pytest.mark.server
+def test_the_webhook_counts_admitted_shares_across_its_workers(webhook_exposition: str) -> None:
+    (sample,) = [
+        sample
+        for family in text_string_to_metric_families(webhook_exposition)
+        for sample in family.samples
+        if sample.name == "gpushare_admitted_milligpus_total"
+    ]
+    assert sample.labels == {"namespace": "ml", "policy": "default"}
+    assert sample.value == 500.0
+
+
+# -- The showback panels ---------------------------------------------------------------------
+
+SHOWBACK_PANELS = {
+    "GPU shares admitted per namespace": {"gpushare_admitted_milligpus_total"},
+    "GPU shares held per namespace": {
+        "kube_pod_container_resource_requests",
+        "kube_pod_status_phase",
+    },
+    "GPU share quota used vs hard": {"kube_resourcequota"},
+}
+
+
+def test_the_showback_panels_read_the_share_resource_as_kube_state_metrics_names_it(
+    parsed: dict[str, dict[str, Any]],
+) -> None:
+    panels = {panel["title"]: panel for panel in dashboard_panels()}
+    for title, metrics in SHOWBACK_PANELS.items():
+        targets = panels[title]["targets"]
+        for target in targets:
+            where = f"panel {title!r} {target['refId']}"
+            assert set(parsed[where]["names"]) == metrics, where
+            # By the pods' namespace; GPUs' worth of thousandths, or a ratio of two.
+            assert "by (namespace)" in target["expr"], where
+            assert "/ 1000" in target["expr"] or "/ clamp_min(" in target["expr"], where
+    held = panels["GPU shares held per namespace"]["targets"][0]["expr"]
+    assert f'resource="{KSM_SHARE_RESOURCE}"' in held
+    assert KSM_SHARE_RESOURCE == "gpushare_io_milligpu"
+    for target in panels["GPU share quota used vs hard"]["targets"]:
+        assert f'resource="{QUOTA_SHARE_RESOURCE}"' in target["expr"]
+    # Only the showback panels read kube-state-metrics; the webhook's namespace variable is
+    # not theirs to filter by (their namespace is the pods').
+    for panel in dashboard_panels():
+        names = {
+            n
+            for t in panel["targets"]
+            for n in parsed[f"panel {panel['title']!r} {t['refId']}"]["names"]
+        }
+        if names & set(KUBE_STATE_METRICS):
+            assert panel["title"] in SHOWBACK_PANELS, panel["title"]
+        if panel["title"] in SHOWBACK_PANELS:
+            assert all("$namespace" not in t["expr"] for t in panel["targets"]), panel["title"]
+
+
+def test_the_webhook_scrape_keeps_the_pods_namespace() -> None:
+    """The showback counter's namespace label is the admitted pod's: Prometheus would move
+    it to exported_namespace under the PodMonitor's own namespace label without honorLabels."""
+    webhook, _ = yaml.safe_load_all((MONITORING / "podmonitors.yaml").read_text())
+    assert webhook["metadata"]["name"] == "gpushare-webhook"
+    (endpoint,) = webhook["spec"]["podMetricsEndpoints"]
+    assert endpoint["honorLabels"] is True
 
 
 # -- The policy reload gauge --------------------------------------------------------------

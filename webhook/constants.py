@@ -104,6 +104,7 @@ MILLI_GPUS_PER_GPU = 1000
 SHARE_LABEL = f"{API_GROUP}/milligpu"
 POOL_LABEL = f"{API_GROUP}/pool"
 GPU_MODEL_LABEL = f"{API_GROUP}/gpu-model"
+GPU_MEMORY_LABEL = f"{API_GROUP}/gpu-memory-mib"
 # On each ResourceQuota, ClusterQueue and LocalQueue emitted from a policy's quota section:
 # "policy <name> in <file>", so an admin finds where the numbers live.
 DECLARED_BY_ANNOTATION = f"{API_GROUP}/declared-by"

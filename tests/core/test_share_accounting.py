@@ -64,6 +64,7 @@ def test_the_share_held_in_thousandths(fraction: str, milli: int, pool: str) -> 
     assert pod["metadata"]["labels"]["gpushare.io/pool"] == pool
     applied = yaml.safe_load(pod["metadata"]["annotations"]["gpushare.io/applied"])
     assert applied["milliGpus"] == milli
+    assert "gpuMemoryMiB" not in applied  # no pool declares its GPUs' memory
     assert_valid_kubernetes_pod(pod)
 
 
@@ -131,6 +132,16 @@ def test_gpu_model_from_the_pool_selector_for_showback() -> None:
     )
     pod = mutated(policy, {"gpu-fraction": "0.5"})
     assert pod["metadata"]["labels"]["gpushare.io/gpu-model"] == "NVIDIA-A100-SXM4-80GB"
+
+
+def test_gpu_memory_where_the_pool_declares_it() -> None:
+    policy = simple_policy(
+        pools=[{"name": "half", "replicas": 2, "gpuMemory": "80Gi"}], quota=SHARES_ON
+    )
+    pod = mutated(policy, {"gpu-fraction": "0.5"})
+    assert pod["metadata"]["labels"]["gpushare.io/gpu-memory-mib"] == "40960"
+    applied = yaml.safe_load(pod["metadata"]["annotations"]["gpushare.io/applied"])
+    assert applied["gpuMemoryMiB"] == 40960
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from harness.cli import clean_environment
 from harness.processes import terminate
 
@@ -49,6 +51,18 @@ def annotated_pod(fraction: str = "0.5", **metadata: Any) -> dict[str, Any]:
     }
     pod["metadata"].update(metadata)
     return pod
+
+
+def share_counting_policies(directory: Path) -> Path:
+    """The bundled policies with ``quota.shareResource`` on, written to ``directory``: their
+    pods carry gpushare.io/milligpu and count in gpushare_admitted_milligpus_total."""
+    documents = list(yaml.safe_load_all((BUNDLED_POLICIES / "default.yaml").read_text()))
+    for document in documents:
+        if document["kind"] == "GpuSharingPolicy":
+            document["spec"]["quota"] = {"shareResource": True}
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "default.yaml").write_text(yaml.safe_dump_all(documents))
+    return directory
 
 
 def plain_pod() -> dict[str, Any]:

@@ -10,13 +10,16 @@ from typing import Any
 
 import jsonpatch
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from werkzeug.test import Client
 
 from webhook.policy_store import PolicyStore
 from webhook.server import admission
+from webhook.server import metrics as server_metrics
 from webhook.server.app import create_app
+from webhook.server.metrics import AdmissionMetrics
 
-from .support import annotated_pod, decoded_patch, plain_pod, review
+from .support import annotated_pod, decoded_patch, plain_pod, review, share_counting_policies
 
 UID = "0a1b2c3d-0000-4000-8000-000000000001"
 
@@ -472,6 +475,74 @@ def test_metrics_count_requests_by_endpoint_and_outcome(client: Client) -> None:
     assert 'gpushare_admission_duration_seconds_count{endpoint="mutate"} 3.0' in text
     assert 'gpushare_policy_reloads_total{result="failed"} 0.0' in text
     assert "gpushare_policies_loaded 1.0" in text
+
+
+# -- showback: shares admitted per namespace ---------------------------------------------------
+
+SHARES = "gpushare_admitted_milligpus_total"
+
+
+def admitted_shares(client: Client) -> dict[tuple[str, str], float]:
+    """The showback counter's samples, by (namespace, policy)."""
+    found = {}
+    for family in text_string_to_metric_families(client.get("/metrics").get_data(as_text=True)):
+        for sample in family.samples:
+            if sample.name == SHARES:
+                found[(sample.labels["namespace"], sample.labels["policy"])] = sample.value
+    return found
+
+
+@pytest.fixture
+def share_client(tmp_path: Any, metrics: AdmissionMetrics) -> Client:
+    """The bundled policy with quota.shareResource on."""
+    store = PolicyStore.loaded(share_counting_policies(tmp_path / "policies"))
+    return Client(create_app(store, metrics=metrics))
+
+
+def test_admitted_shares_count_by_namespace_and_policy(share_client: Client) -> None:
+    _, body = post(share_client, "/mutate", review(annotated_pod("0.5")))
+    assert body["response"]["patchType"] == "JSONPatch"
+    assert admitted_shares(share_client) == {("ml", "default"): 500.0}
+    # A pool of quarters: 0.25 holds 250; another namespace has a series of its own.
+    post(share_client, "/mutate", review(annotated_pod("0.25")))
+    post(share_client, "/mutate", review(annotated_pod("0.5"), namespace="team-b"))
+    assert admitted_shares(share_client) == {("ml", "default"): 750.0, ("team-b", "default"): 500.0}
+
+
+def test_dry_runs_denials_and_validation_add_no_shares(share_client: Client) -> None:
+    _, dry = post(share_client, "/mutate", review(annotated_pod("0.5"), dry_run=True))
+    assert dry["response"]["patchType"] == "JSONPatch"  # the same answer, not counted
+    post(share_client, "/mutate", review(annotated_pod("0.9")))  # denied: over the max
+    post(share_client, "/validate", review(annotated_pod("0.5")))
+    post(share_client, "/mutate", review(plain_pod()))  # no annotation: skipped
+    assert admitted_shares(share_client) == {}
+
+
+def test_a_policy_without_a_quota_section_adds_no_shares(client: Client) -> None:
+    _, body = post(client, "/mutate", review(annotated_pod("0.5")))
+    assert body["response"]["patchType"] == "JSONPatch"
+    assert admitted_shares(client) == {}
+    assert SHARES + "{" not in client.get("/metrics").get_data(as_text=True)
+
+
+def test_admitted_share_series_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server_metrics, "MAX_SHARE_SERIES", 2)
+    metrics = AdmissionMetrics()
+    for namespace in ("a", "b", "c", "d", "a"):
+        metrics.observe_admitted_share(namespace, "p", 100)
+    metrics.observe_admitted_share("e", "q", 7)
+    values = {
+        (sample.labels["namespace"], sample.labels["policy"]): sample.value
+        for sample in metrics.admitted_milli_gpus.collect()[0].samples
+        if sample.name == SHARES
+    }
+    # The first two namespaces keep their own series; the rest sum under "_other", per policy.
+    assert values == {
+        ("a", "p"): 200.0,
+        ("b", "p"): 100.0,
+        ("_other", "p"): 200.0,
+        ("_other", "q"): 7.0,
+    }
 
 
 def test_request_object_is_not_modified(client: Client) -> None:

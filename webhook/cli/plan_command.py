@@ -24,24 +24,25 @@ from webhook.core import PolicySet, default_policies_path, load_policies
 from webhook.errors import GpushareError
 from webhook.plan import (
     DEFAULT_GPUS_PER_NODE,
+    PlanInput,
     SchemeOutcome,
-    Workload,
     as_json,
     details,
     page,
     plan,
     read_cluster,
+    read_manifest_input,
     read_table,
-    read_workloads,
     table,
     write_pictures,
 )
 
 
-def read_input(args: argparse.Namespace, policies: PolicySet) -> list[Workload]:
-    """The workloads of the one input the arguments name."""
+def read_input(args: argparse.Namespace, policies: PolicySet) -> PlanInput:
+    """The workloads of the one input the arguments name, and the quotas on GPU shares it
+    has (manifests' and a cluster's ResourceQuotas, manifests' Kueue ClusterQueues)."""
     if args.csv:
-        return read_table(args.csv, args.namespace)
+        return PlanInput(read_table(args.csv, args.namespace))
     if args.cluster:
         return read_cluster(
             str(args.kubeconfig) if args.kubeconfig else None,
@@ -50,7 +51,7 @@ def read_input(args: argparse.Namespace, policies: PolicySet) -> list[Workload]:
             args.selector,
             policies.gpu_resource_names,
         )
-    return read_workloads(
+    return read_manifest_input(
         args.file, recursive=args.recursive, namespace=args.namespace, policies=policies
     )
 
@@ -71,10 +72,16 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.gpus_per_node < 1:
         raise GpushareError(f"--gpus-per-node {args.gpus_per_node}: give 1 or more")
     policies = load_policies(args.policies or default_policies_path())
-    workloads = read_input(args, policies)
-    for note in dict.fromkeys(w.note for w in workloads if w.note):
+    given = read_input(args, policies)
+    for note in dict.fromkeys([*(w.note for w in given.workloads if w.note), *given.notes]):
         print(f"note: {note}", file=sys.stderr)
-    results = plan(workloads, policies, names=args.policy or (), gpus_per_node=args.gpus_per_node)
+    results = plan(
+        given.workloads,
+        policies,
+        names=args.policy or (),
+        gpus_per_node=args.gpus_per_node,
+        quotas=given.quotas,
+    )
     shown = _packing_scheme(results, args.packing_scheme)
     if args.out:
         for path in write_pictures(results, shown, args.out):
@@ -92,7 +99,12 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def _input_arguments(parser: Arguments) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
-    add_manifest_file_option(source, required=False, note=" (Pods and workloads; replicas count)")
+    add_manifest_file_option(
+        source,
+        required=False,
+        note=" (Pods and workloads, replicas count; ResourceQuotas and Kueue ClusterQueues "
+        "on gpushare.io/milligpu are checked)",
+    )
     source.add_argument(
         "--csv",
         metavar="FILE",
@@ -101,7 +113,8 @@ def _input_arguments(parser: Arguments) -> None:
     source.add_argument(
         "--cluster",
         action="store_true",
-        help="the Pending and Running pods of the cluster the kubeconfig points at",
+        help="the Pending and Running pods of the cluster the kubeconfig points at, "
+        "checked against its ResourceQuotas on gpushare.io/milligpu",
     )
     add_recursive_option(parser)
     parser.add_argument(
@@ -128,8 +141,9 @@ def add_plan_command(commands: Commands) -> None:
             "policies as configured, then each policy applied to every workload), pack the "
             "admitted pods onto GPUs per pool by first-fit decreasing, and report side by "
             "side: GPUs and nodes needed (against the lower bound and one GPU per pod), "
-            "compute and memory left idle, what is isolated, and which pods cannot be "
-            "served and why. Exit 0, or 2 for unreadable input or policies."
+            "compute and memory left idle, what is isolated, which pods cannot be "
+            "served and why, and which quotas on GPU shares would not hold the workloads "
+            "charged to them. Exit 0, or 2 for unreadable input or policies."
         ),
     )
     _input_arguments(parser)

@@ -10,7 +10,8 @@ hold 166 each, 996 in all).
 With ``quota.shareResource`` the GPU container gets the resource (requests equal to limits),
 overwriting a value the pod already holds there: it is gpushare's to set, and a workload
 template Kueue manages carries it already. With ``quota.showbackLabels`` the pod gets labels
-a cost tool groups by. Either way the applied record says ``milliGpus``.
+a cost tool groups by (share, pool, GPU model and memory where known). Either way the applied
+record says ``milliGpus`` (and ``gpuMemoryMiB``, ``gpuModel`` where known).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from webhook.constants import (
     FRACTION_ANNOTATION,
     GFD_PRODUCT_LABEL,
     GKE_ACCELERATOR_LABEL,
+    GPU_MEMORY_LABEL,
     GPU_MODEL_LABEL,
     MEMORY_ANNOTATION,
     MILLI_GPUS_PER_GPU,
@@ -94,6 +96,9 @@ def record_share(
             draft.problems.append(unknown_share_problem(draft.policy))
         return
     record["milliGpus"] = milli
+    memory = _memory_mib(draft, placement, milli)
+    if memory is not None:
+        record["gpuMemoryMiB"] = memory
     model = _gpu_model(draft, placement)
     if model is not None:
         record["gpuModel"] = model
@@ -104,11 +109,23 @@ def record_share(
         labels[POOL_LABEL] = placement.pool.name
     if model is not None:
         labels[GPU_MODEL_LABEL] = model
+    if memory is not None:
+        labels[GPU_MEMORY_LABEL] = str(memory)
     for key, value in labels.items():
         # gpushare's own labels: a value the pod brought is overwritten, never trusted.
         draft.edits.set(("metadata", "labels", key), value)
         if draft.explaining:
             draft.explanation.append(f"label: {key}={value} (showback)")
+
+
+def _memory_mib(draft: PlanDraft, placement: Placement | None, milli: int) -> int | None:
+    """The GPU memory the share stands for, where the policy declares the GPUs' memory."""
+    if placement is None:
+        return None
+    memory = placement.pool.gpu_memory_mib
+    if memory is None and draft.policy.mode is Mode.DRA:
+        memory = draft.policy.dra.gpu_memory_mib or None
+    return None if memory is None else milli * memory // MILLI_GPUS_PER_GPU
 
 
 def _gpu_model(draft: PlanDraft, placement: Placement | None) -> str | None:

@@ -8,14 +8,15 @@ Layout: docs/architecture.md.
 from webhook.plan.cluster_input import read_cluster
 from webhook.plan.csv_input import read_table
 from webhook.plan.html_report import page
-from webhook.plan.manifest_input import read_workloads
+from webhook.plan.manifest_input import read_manifest_input, read_workloads
 from webhook.plan.outcome import DEFAULT_GPUS_PER_NODE, SchemeOutcome, plan
 from webhook.plan.pictures import write_pictures
 from webhook.plan.report import as_json, details, table
-from webhook.plan.workload import Workload
+from webhook.plan.workload import PlanInput, Workload
 
 __all__ = [
     "DEFAULT_GPUS_PER_NODE",
+    "PlanInput",
     "SchemeOutcome",
     "Workload",
     "as_json",
@@ -23,6 +24,7 @@ __all__ = [
     "page",
     "plan",
     "read_cluster",
+    "read_manifest_input",
     "read_table",
     "read_workloads",
     "table",

@@ -1,30 +1,37 @@
-"""Workloads from a live cluster: its pods, read through the ``kubernetes`` client.
+"""Workloads from a live cluster: its pods, read through the ``kubernetes`` client, and its
+ResourceQuotas on GPU shares (``quota_input``).
 
 Bounded: pages of 500 pods (``limit`` and ``continue``, as kubectl pages), a connect and a
-read timeout on every call, at most 200,000 pods and an overall deadline. Only pods that
-hold or wait for a GPU now count: Pending and Running ones, not Succeeded or Failed.
+read timeout on every call, at most 200,000 pods (10,000 ResourceQuotas) and an overall
+deadline per list. Only pods that hold or wait for a GPU now count: Pending and Running
+ones, not Succeeded or Failed. A quota's ``used`` counts those same pods, so what they hold
+now (their ``gpushare.io/milligpu`` requests) is the plan's to re-plan: ``held_now``. A user
+who may list pods but not ResourceQuotas gets the plan without the quota check, and a note.
 
 The pods are mutated already, and the point is to ask what they would take under each
 scheme, so each is turned back into what its author wrote: what gpushare recorded
-(``gpushare.io/applied``) and every known GPU resource (``KNOWN_GPU_RESOURCES`` and the
-policies' own names) go, and the binding (``nodeName``) and status too; the annotations
-stay, so the core reads the same request. Pods of one controller with the same template
-count as one workload of that many pods.
+(``gpushare.io/applied``) and every known GPU resource (``KNOWN_GPU_RESOURCES``, the
+policies' own names, and the share resource, which a policy without ``quota.shareResource``
+would refuse as a direct request) go, and the binding (``nodeName``) and status too; the
+annotations stay, so the core reads the same request. Pods of one controller with the same
+template count as one workload of that many pods.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from webhook.constants import APPLIED_ANNOTATION, KNOWN_GPU_RESOURCES
+from webhook.constants import APPLIED_ANNOTATION, KNOWN_GPU_RESOURCES, SHARE_RESOURCE
 from webhook.errors import GpushareError
-from webhook.plan.workload import Workload
+from webhook.plan.quota_input import pod_share, quotas_of, with_held_now
+from webhook.plan.workload import PlanInput, Workload
 
 PAGE_SIZE = 500
 MAX_PODS = 200_000
+MAX_QUOTAS = 10_000
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 30.0
 DEADLINE_S = 300.0
@@ -76,6 +83,7 @@ def _owner(pod: Mapping[str, Any]) -> str:
 
 def group_pods(pods: Iterable[Mapping[str, Any]], gpu_resources: frozenset[str]) -> list[Workload]:
     """Active pods as workloads: one per controller and template, counted."""
+    gpu_resources = gpu_resources | {SHARE_RESOURCE}
     workloads: dict[tuple[str, bytes], Workload] = {}
     for pod in pods:
         if (pod.get("status") or {}).get("phase") not in ACTIVE_PHASES:
@@ -102,7 +110,39 @@ def list_pods(api: Any, namespace: str | None, label_selector: str | None) -> li
 
     # Untyped here: with _preload_content=False the calls return the raw response.
     core: Any = k8s.CoreV1Api(api)
-    pods: list[Any] = []
+    return _list_all(
+        lambda **options: (
+            core.list_namespaced_pod(namespace, **options)
+            if namespace
+            else core.list_pod_for_all_namespaces(**options)
+        ),
+        label_selector,
+        "pods",
+        MAX_PODS,
+    )
+
+
+def list_resource_quotas(api: Any, namespace: str | None) -> list[Any]:
+    """Every ResourceQuota (of ``namespace``, or all), page by page, within the bounds."""
+    from kubernetes import client as k8s
+
+    core: Any = k8s.CoreV1Api(api)
+    return _list_all(
+        lambda **options: (
+            core.list_namespaced_resource_quota(namespace, **options)
+            if namespace
+            else core.list_resource_quota_for_all_namespaces(**options)
+        ),
+        None,
+        "ResourceQuotas",
+        MAX_QUOTAS,
+    )
+
+
+def _list_all(
+    call: Callable[..., Any], label_selector: str | None, noun: str, most: int
+) -> list[Any]:
+    items: list[Any] = []
     token: str | None = None
     started = time.monotonic()
     while True:
@@ -115,21 +155,32 @@ def list_pods(api: Any, namespace: str | None, label_selector: str | None) -> li
             options["_continue"] = token
         if label_selector:
             options["label_selector"] = label_selector
-        if namespace:
-            response = core.list_namespaced_pod(namespace, **options)
-        else:
-            response = core.list_pod_for_all_namespaces(**options)
-        page = json.loads(response.data)
-        pods += page.get("items") or []
-        if len(pods) > MAX_PODS:
+        page = json.loads(call(**options).data)
+        items += page.get("items") or []
+        if len(items) > most:
             raise ClusterError(
-                f"the cluster has more than {MAX_PODS:,} pods; narrow it with -n or -l"
+                f"the cluster has more than {most:,} {noun}; narrow it with -n or -l"
             )
         token = (page.get("metadata") or {}).get("continue")
         if not token:
-            return pods
+            return items
         if time.monotonic() - started > DEADLINE_S:
-            raise ClusterError(f"listing pods took over {DEADLINE_S:.0f}s; narrow it with -n or -l")
+            raise ClusterError(
+                f"listing {noun} took over {DEADLINE_S:.0f}s; narrow it with -n or -l"
+            )
+
+
+def held_now(pods: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """What the active pods hold of their namespaces' share quotas now, per namespace."""
+    held: dict[str, int] = {}
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") not in ACTIVE_PHASES:
+            continue
+        share = pod_share(pod)
+        if share:
+            namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+            held[namespace] = held.get(namespace, 0) + share
+    return held
 
 
 def read_cluster(
@@ -138,8 +189,9 @@ def read_cluster(
     namespace: str | None,
     label_selector: str | None,
     gpu_resources: frozenset[str],
-) -> list[Workload]:
-    """The cluster's active pods as workloads; ``ClusterError`` says what failed."""
+) -> PlanInput:
+    """The cluster's active pods as workloads, and its ResourceQuotas on GPU shares;
+    ``ClusterError`` says what failed."""
     from kubernetes import config
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
@@ -151,9 +203,18 @@ def read_cluster(
         raise ClusterError(
             f"cannot load the kubeconfig {kubeconfig or '(default)'}: {error}"
         ) from error
+    notes: tuple[str, ...] = ()
     try:
         with api:
             pods = list_pods(api, namespace, label_selector)
+            try:
+                quotas = list_resource_quotas(api, namespace)
+            except ApiException as error:
+                quotas = []
+                notes = (
+                    f"listing ResourceQuotas failed ({error.status} {error.reason}): no quota "
+                    "on GPU shares is checked; let the kubeconfig's user list resourcequotas",
+                )
     except ApiException as error:
         raise ClusterError(
             f"listing pods failed: {error.status} {error.reason}; check the kubeconfig's "
@@ -161,4 +222,9 @@ def read_cluster(
         ) from error
     except (HTTPError, OSError) as error:
         raise ClusterError(f"cannot reach the cluster: {error}") from error
-    return group_pods(pods, gpu_resources | KNOWN_GPU_RESOURCES)
+    found = quotas_of((quota, "cluster") for quota in quotas)
+    return PlanInput(
+        group_pods(pods, gpu_resources | KNOWN_GPU_RESOURCES),
+        with_held_now(found, held_now(pods)),
+        notes,
+    )

@@ -10,6 +10,9 @@ it); a Job ``spec.parallelism`` (default 1) capped by ``spec.completions``; a Cr
 run's parallelism (runs that overlap are not counted); a DaemonSet one pod per node it
 selects, which a manifest does not say: counted once, and said. A PodTemplate runs nothing
 itself.
+
+The same manifests may hold the quotas on GPU shares the workloads are checked against:
+ResourceQuotas, Kueue ClusterQueues and their LocalQueues (``quota_input``).
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from webhook.core import (
 from webhook.errors import ManifestError
 from webhook.manifest import Document, read_manifests
 from webhook.offline import document_group, manifest_problems
-from webhook.plan.workload import Workload
+from webhook.plan.quota_input import quotas_of
+from webhook.plan.workload import PlanInput, Workload
 
 
 def _metadata(content: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -81,6 +85,20 @@ def read_workloads(
 ) -> list[Workload]:
     """The Pods and workloads' templates of the manifests, in order; other documents are
     left out."""
+    return read_manifest_input(
+        sources, recursive=recursive, namespace=namespace, policies=policies
+    ).workloads
+
+
+def read_manifest_input(
+    sources: Sequence[str],
+    *,
+    recursive: bool = False,
+    namespace: str | None = None,
+    policies: PolicySet | None = None,
+) -> PlanInput:
+    """The workloads of the manifests (``read_workloads``) and the quotas on GPU shares
+    among them."""
     documents = read_manifests(sources, recursive=recursive)
     problems = [
         line for document in documents for line in manifest_problems(document, namespace, policies)
@@ -93,4 +111,5 @@ def read_workloads(
             "the manifests hold no Pod or workload with a pod template (Deployment, Job, "
             "RayCluster, ...)"
         )
-    return workloads
+    found = ((d.content, f"{d.source}:{d.line}") for d in documents)
+    return PlanInput(workloads, quotas_of(found, namespace))

@@ -5,8 +5,9 @@ Per pool (``Demand.group``): the admitted pods packed by first-fit decreasing
 (GPUs / GPUs per node, rounded up: any GPUs can be grouped into nodes, since no shared pod
 spans two GPUs; for whole GPUs the node bins themselves), the lower bound, and what the
 bound on the packing is. Per scheme: those summed, against one GPU per pod, the compute and
-memory asked but left idle on the GPUs used, what is isolated, and the pods not served with
-the core's reasons. ``plan``: every scheme's outcome, side by side.
+memory asked but left idle on the GPUs used, what is isolated, the pods not served with
+the core's reasons, and each quota on GPU shares against what the scheme's workloads ask of
+it (``quota_fit``). ``plan``: every scheme's outcome, side by side.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from webhook.core import PolicySet
 from webhook.plan.demand import Demand
 from webhook.plan.isolation import Isolation, isolation
 from webhook.plan.packing import Item, Packing, first_fit_decreasing
+from webhook.plan.quota_fit import QuotaFit, check_quotas
+from webhook.plan.quota_input import ShareQuota
 from webhook.plan.schemes import Fate, Scheme, fates, schemes
 from webhook.plan.workload import Workload
 
@@ -64,6 +67,7 @@ class SchemeOutcome:
     untouched: tuple[NotServed, ...]
     isolation: tuple[tuple[str, Isolation], ...]  # per mode used
     modes: tuple[str, ...] = field(default=())
+    quotas: tuple[QuotaFit, ...] = ()  # each quota on GPU shares given, against the fates
 
     @property
     def pods_served(self) -> int:
@@ -171,7 +175,9 @@ def _too_big(demand: Demand) -> str:
     )
 
 
-def outcome(scheme: Scheme, fates: Sequence[Fate]) -> SchemeOutcome:
+def outcome(
+    scheme: Scheme, fates: Sequence[Fate], quotas: Sequence[ShareQuota] = ()
+) -> SchemeOutcome:
     groups: dict[str, list[tuple[Demand, int, str]]] = defaultdict(list)
     denied, not_modelled, untouched = [], [], []
     modes: dict[str, None] = {}
@@ -206,6 +212,7 @@ def outcome(scheme: Scheme, fates: Sequence[Fate]) -> SchemeOutcome:
         tuple(untouched),
         tuple((mode, isolation(mode)) for mode in sorted(modes)),
         tuple(sorted(modes)),
+        check_quotas(quotas, fates),
     )
 
 
@@ -215,9 +222,11 @@ def plan(
     *,
     names: Sequence[str] = (),
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
+    quotas: Sequence[ShareQuota] = (),
 ) -> list[SchemeOutcome]:
-    """Every scheme's outcome for the workloads, in scheme order."""
+    """Every scheme's outcome for the workloads, in scheme order; each checked against the
+    ``quotas`` on GPU shares."""
     return [
-        outcome(scheme, fates(scheme, workloads, gpus_per_node))
+        outcome(scheme, fates(scheme, workloads, gpus_per_node), quotas)
         for scheme in schemes(policies, names)
     ]

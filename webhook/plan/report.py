@@ -2,8 +2,9 @@
 
 Both are built from the same ``SchemeOutcome``s, so the table, the JSON and the pictures
 never disagree. The table has one column per scheme and one row per figure; below it, per
-scheme, the pods that cannot be served with the core's own reasons, and the bound each
-pool's packing holds.
+scheme, the pods that cannot be served with the core's own reasons, the bound each
+pool's packing holds, and, where the input has quotas on GPU shares, whether each holds
+what the scheme's workloads ask of it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from webhook.plan.capacity import WHOLE_GPU_MODE
 from webhook.plan.outcome import NotServed, PoolOutcome, SchemeOutcome
+from webhook.plan.quota_fit import QuotaFit
 
 REPORT_API_VERSION = "gpushare.io/v1alpha1"
 MIB_PER_GIB = 1024
@@ -44,7 +46,34 @@ def _rows(results: Sequence[SchemeOutcome]) -> list[tuple[str, list[str]]]:
         ("fault domain", [_isolation(r, "fault_domain") for r in results]),
         ("pods not served", [f"{sum(i.pods for i in r.denied)}" for r in results]),
         ("pods not modelled", [f"{sum(i.pods for i in r.not_modelled)}" for r in results]),
+        *(
+            [("quotas exceeded", [_exceeded(r.quotas) for r in results])]
+            if any(r.quotas for r in results)
+            else []
+        ),
     ]
+
+
+def _exceeded(fits: Sequence[QuotaFit]) -> str:
+    return f"{sum(not fit.fits for fit in fits)} of {len(fits)}"
+
+
+def gpus(milli: int) -> str:
+    """Thousandths of a GPU as GPUs: 2500 -> 2.5."""
+    whole, part = divmod(milli, 1000)
+    return f"{whole}.{part:03d}".rstrip("0").rstrip(".") if part else str(whole)
+
+
+def _quota_line(fit: QuotaFit) -> str:
+    quota = fit.quota
+    used = "" if quota.used is None else f", used {gpus(quota.used)}"
+    held = f", {gpus(quota.held_now)} of it by these pods" if quota.held_now else ""
+    verdict = "fits" if fit.fits else f"does not fit, {gpus(fit.short)} short"
+    hard = "nominal" if quota.kind == "ClusterQueue" else "hard"
+    return (
+        f"  quota {quota.label}: asks {gpus(fit.demand)} GPUs of shares, room "
+        f"{gpus(quota.room)} ({hard} {gpus(quota.hard)}{used}{held}): {verdict}"
+    )
 
 
 def table(results: Sequence[SchemeOutcome]) -> str:
@@ -95,6 +124,14 @@ def details(results: Sequence[SchemeOutcome]) -> str:
         if result.untouched:
             pods = sum(item.pods for item in result.untouched)
             lines.append(f"  untouched by gpushare: {pods} pods (no annotation or excluded)")
+        for fit in result.quotas:
+            lines.append(_quota_line(fit))
+            if not fit.fits:
+                lines += [f"    {name}: {gpus(milli)}" for name, milli in fit.charged[:3]]
+                if len(fit.charged) > 3:
+                    lines.append(f"    and {len(fit.charged) - 3} more workloads")
+            if fit.quota.note:
+                lines.append(f"    ({fit.quota.note})")
     return "\n".join(lines)
 
 
@@ -104,6 +141,25 @@ def _count(number: int, noun: str) -> str:
 
 def _not_served(items: Sequence[NotServed]) -> list[dict[str, Any]]:
     return [{"workload": i.workload, "pods": i.pods, "reasons": list(i.reasons)} for i in items]
+
+
+def _quota_json(fit: QuotaFit) -> dict[str, Any]:
+    quota = fit.quota
+    return {
+        "kind": quota.kind,
+        "name": quota.name,
+        "namespaces": list(quota.namespaces),
+        "source": quota.source,
+        "hardMilliGpus": quota.hard,
+        "usedMilliGpus": quota.used,
+        "heldNowMilliGpus": quota.held_now,
+        "roomMilliGpus": quota.room,
+        "demandMilliGpus": fit.demand,
+        "fits": fit.fits,
+        "shortMilliGpus": fit.short,
+        "charged": [{"workload": name, "milliGpus": milli} for name, milli in fit.charged],
+        **({"note": quota.note} if quota.note else {}),
+    }
 
 
 def _pool_json(pool: PoolOutcome) -> dict[str, Any]:
@@ -152,6 +208,7 @@ def as_json(results: Sequence[SchemeOutcome]) -> dict[str, Any]:
                 "denied": _not_served(r.denied),
                 "notModelled": _not_served(r.not_modelled),
                 "untouched": _not_served(r.untouched),
+                "quotas": [_quota_json(fit) for fit in r.quotas],
             }
         )
     return {"apiVersion": REPORT_API_VERSION, "kind": "PlanReport", "schemes": schemes}

@@ -54,6 +54,9 @@ class Fate:
     untouched: str | None = None
     policy: str | None = None
     mode: str | None = None
+    # The share each pod is charged in quota (gpushare.io/milligpu), where its policy sets
+    # quota.shareResource: the applied record's milliGpus.
+    milli_gpus: int | None = None
 
     def of(self, workload: Workload) -> Fate:
         """The same fate for another workload with equal pods (faster than ``replace``)."""
@@ -65,6 +68,7 @@ class Fate:
             self.untouched,
             self.policy,
             self.mode,
+            self.milli_gpus,
         )
 
 
@@ -108,9 +112,14 @@ def _fate(workload: Workload, decision: Any, gpus_per_node: int) -> Fate:
         record: Mapping[str, Any] = decision.record
         mode = str(record.get("mode", ""))
         need = demand(decision.policy, record, gpus_per_node)
+        milli = record.get("milliGpus") if decision.policy.quota.share_resource else None
+        charged = milli if type(milli) is int else None
+        name = decision.policy.name
         if isinstance(need, NotModelled):
-            return Fate(workload, not_modelled=need.reason, policy=decision.policy.name, mode=mode)
-        return Fate(workload, demand=need, policy=decision.policy.name, mode=mode)
+            return Fate(
+                workload, not_modelled=need.reason, policy=name, mode=mode, milli_gpus=charged
+            )
+        return Fate(workload, demand=need, policy=name, mode=mode, milli_gpus=charged)
     reason = decision.reason if isinstance(decision, Untouched) else "no pod template"
     return Fate(workload, untouched=reason)
 

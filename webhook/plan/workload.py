@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from webhook.core import TemplateAt, WorkloadKind
+from webhook.plan.quota_input import ShareQuota
 
 
 @dataclass(frozen=True)
@@ -50,3 +51,14 @@ class Workload:
             )
         except orjson.JSONEncodeError:  # an integer past 64 bits: decided on its own
             return f"unshared:{id(self)}".encode()
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    """What one input gives a plan: the workloads, and the quotas on GPU shares it found
+    (ResourceQuotas, Kueue ClusterQueues; ``quota_input``) with notes on what it could not
+    read."""
+
+    workloads: list[Workload]
+    quotas: tuple[ShareQuota, ...] = ()
+    notes: tuple[str, ...] = ()

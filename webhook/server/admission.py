@@ -7,9 +7,11 @@
   read is a 400, and a worker with no policies loaded answers 503 rather than guess. The
   core's ``Verdict`` becomes an ``AdmissionResponse``.
 - Workloads (Deployment, Job, RayCluster, ... : ``webhook.core.workload_kinds``) are the
-  validating endpoint's too: a template check is validation, and templates are never
-  patched. On CREATE, and on an UPDATE that changes the pod template, the template is
-  evaluated as the pods it will make: denied with their reasons after a prefix naming the
+  validating endpoint's too: a template check is validation, and templates are not
+  patched there. The mutating endpoint patches one thing in a workload: the share a
+  template Kueue manages must carry for Kueue to charge it (``_charge_for_kueue``). On
+  CREATE, and on an UPDATE that changes the pod template, the template is evaluated as the
+  pods it will make: denied with their reasons after a prefix naming the
   workload, or allowed with warnings saying what each pod will get. An UPDATE that leaves
   the template alone (scaling, a controller's own annotations, finalizers) is not looked at,
   so a policy changed since never blocks it.
@@ -25,6 +27,7 @@ from enum import StrEnum
 from typing import Any
 
 from webhook.core import (
+    Planned,
     PolicySet,
     Shape,
     TooManyTemplatesError,
@@ -96,8 +99,9 @@ def pod_handler(endpoint: Endpoint, store: PolicyStore) -> Decide:
         policies = store.policies
         if policies is None:
             return errored(503, "No valid policies are loaded yet; see /readyz for the problems.")
-        # dryRun needs no special case: the webhook has no side effects. The decision is
-        # looked up per call so that tests can swap one in.
+        # dryRun gets the same answer: the webhook has no side effects (only the showback
+        # counter leaves dry runs out, endpoint.py). The decision is looked up per call so
+        # that tests can swap one in.
         verdict = CORE_DECISIONS[endpoint](pod, request.namespace, policies)
         return _response(verdict, may_patch)
 
@@ -202,5 +206,17 @@ def _response(verdict: Verdict, may_patch: bool) -> AdmissionResponse:
         return allowed(verdict.warnings, outcome=Outcome.SKIPPED, policy=verdict.policy)
     # A validating webhook may not patch; the apiserver would reject the response.
     if verdict.patch and may_patch:
-        return patched(verdict.patch, verdict.warnings, verdict.policy)
+        return patched(
+            verdict.patch, verdict.warnings, verdict.policy, milli_gpus=_milli_gpus(verdict)
+        )
     return allowed(verdict.warnings, policy=verdict.policy)
+
+
+def _milli_gpus(verdict: Verdict) -> int | None:
+    """The share the pod holds, where its policy counts shares (the applied record's
+    ``milliGpus``, ``webhook.core.share_accounting``); None elsewhere."""
+    decision = verdict.decision
+    if not isinstance(decision, Planned):
+        return None
+    milli = decision.record.get("milliGpus")
+    return milli if type(milli) is int else None

@@ -5,8 +5,9 @@ controller-runtime's ``webhook/admission/http.go`` reads: ``read`` checks the Co
 and reads the body under its cap; the body waits for room to decode; ``review`` decodes the
 AdmissionReview once, refuses a client without a certificate where one is required, lets
 the decision (``admission.pod_handler``) answer and echoes the uid; ``answer`` counts,
-times, logs and encodes. Every step that fails answers there, with a message that says
-what to change; none raises.
+times, logs and encodes. A patched pod whose policy counts shares adds them to its
+namespace's showback counter, unless the request is a dry run (nothing is created). Every
+step that fails answers there, with a message that says what to change; none raises.
 
 A large body holds room in the worker's ``BodyBudget`` from decoding until its decoded form
 is let go, so the memory of every review a worker works on at once is bounded together,
@@ -128,6 +129,12 @@ class AdmissionEndpoint:
         """Count, time and log ``response``, and encode it."""
         seconds = perf_counter() - started
         self.metrics.observe_admission(self.endpoint, response.outcome, seconds)
+        if response.milli_gpus is not None:
+            request = response.request
+            if request is not None and not request.dry_run:
+                self.metrics.observe_admitted_share(
+                    request.namespace, response.policy or "", response.milli_gpus
+                )
         log_admission(self.logger, self.endpoint, response, seconds)
         return HttpAnswer(response.http_status, encode_review(response))
 

@@ -50,6 +50,12 @@ LATENCY_BUCKETS = (
     5.0,
 )
 EXPOSITION_CONTENT_TYPE = CONTENT_TYPE_LATEST
+# The showback counter's label sets: namespaces are bounded by the cluster and policies by
+# the policy files, but a worker keeps no more than this many (namespace, policy) series;
+# shares admitted in namespaces past it count under OTHER_NAMESPACE (no namespace name can
+# start with "_"), so a cluster with more namespaces than this still sums correctly.
+MAX_SHARE_SERIES = 2000
+OTHER_NAMESPACE = "_other"
 
 
 def multiprocess_enabled() -> bool:
@@ -94,6 +100,16 @@ class AdmissionMetrics:
             registry=self.registry,
             multiprocess_mode="livemostrecent",
         )
+        self.admitted_milli_gpus = Counter(
+            "gpushare_admitted_milligpus",
+            "GPU shares admitted, in thousandths of a GPU, by the pod's namespace and its "
+            "policy: each pod the mutating webhook patched under a policy with "
+            "quota.shareResource or quota.showbackLabels adds its applied record's milliGpus. "
+            "Dry runs are not counted.",
+            ["namespace", "policy"],
+            registry=self.registry,
+        )
+        self._share_series: dict[tuple[str, str], Counter] = {}
         # Pre-create the label sets a dashboard expects to see at zero.
         for result in ("ok", "failed"):
             self.policy_reloads.labels(result=result)
@@ -119,6 +135,20 @@ class AdmissionMetrics:
         counter, histogram = series
         counter.inc()
         histogram.observe(seconds)
+
+    def observe_admitted_share(self, namespace: str, policy: str, milli_gpus: int) -> None:
+        """Add a patched pod's share to its namespace's counter (see MAX_SHARE_SERIES)."""
+        key = (namespace, policy)
+        series = self._share_series.get(key)
+        if series is None:
+            if len(self._share_series) >= MAX_SHARE_SERIES:
+                key = (OTHER_NAMESPACE, policy)
+                series = self._share_series.get(key)
+            if series is None:
+                series = self._share_series[key] = self.admitted_milli_gpus.labels(
+                    namespace=key[0], policy=key[1]
+                )
+        series.inc(milli_gpus)
 
     def observe_policy_reload(self, ok: bool, policies: int | None) -> None:
         self.policy_reloads.labels(result="ok" if ok else "failed").inc()

@@ -219,7 +219,9 @@ class AdmissionResponse:
     """The one answer type: what the handler decided plus what HTTP, metrics and logs need.
 
     ``request`` and ``uid`` are set by ``complete``; ``policy`` names the policy that decided,
-    for the admission log.
+    for the admission log; ``milli_gpus`` is the share a patched pod holds in thousandths of a
+    GPU, where its policy counts shares (the applied record's ``milliGpus``), for the
+    per-namespace showback counter.
     """
 
     allowed: bool
@@ -232,6 +234,7 @@ class AdmissionResponse:
     policy: str | None = None
     uid: str = ""
     request: AdmissionRequest | None = None
+    milli_gpus: int | None = None
 
     def complete(self, request: AdmissionRequest | None, uid: str = "") -> AdmissionResponse:
         """Tie the response to its request: the uid every AdmissionReview answer echoes."""
@@ -252,11 +255,22 @@ def allowed(
 
 
 def patched(
-    patch: Sequence[Mapping[str, Any]], warnings: Sequence[str] = (), policy: str | None = None
+    patch: Sequence[Mapping[str, Any]],
+    warnings: Sequence[str] = (),
+    policy: str | None = None,
+    *,
+    milli_gpus: int | None = None,
 ) -> AdmissionResponse:
     if not patch:
         return allowed(warnings, policy=policy)
-    return AdmissionResponse(True, Outcome.PATCHED, patch=patch, warnings=warnings, policy=policy)
+    return AdmissionResponse(
+        True,
+        Outcome.PATCHED,
+        patch=patch,
+        warnings=warnings,
+        policy=policy,
+        milli_gpus=milli_gpus,
+    )
 
 
 def denied(
