@@ -281,3 +281,14 @@ def test_not_kueue_managed_untouched() -> None:
 def test_kueue_denied_template_not_charged() -> None:
     charge = charge_of(kueue_job("0.9"), simple_policy(quota={"shareResource": True}))
     assert charge.patch == []
+
+
+def test_kueue_template_share_set_by_hand_is_overwritten() -> None:
+    """A template cannot ask Kueue for less than its pods will hold."""
+    job = kueue_job()
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    container["resources"] = {"limits": {SHARE: "1"}, "requests": {SHARE: "1"}}
+    charge = charge_of(job, simple_policy(quota={"shareResource": True}))
+    patched = jsonpatch.apply_patch(copy.deepcopy(job), charge.patch)
+    resources = patched["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources == {"limits": {SHARE: "500"}, "requests": {SHARE: "500"}}
