@@ -208,6 +208,7 @@ class KueuePlane:
     health_port: int = field(init=False, default=0)
     process: subprocess.Popen[bytes] | None = field(init=False, default=None)
     etc_isolated: bool = field(init=False, default=False)
+    crds_installed: bool = field(init=False, default=False)
     _log: IO[bytes] | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -225,9 +226,11 @@ class KueuePlane:
     # -- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> None:
-        """Apply the CRDs, write the files, start the manager and wait for /readyz."""
+        """Apply the CRDs (unless install_crds ran), write the files, start the manager and
+        wait for /readyz."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.install_crds()
+        if not self.crds_installed:
+            self.install_crds()
         webhook_port, self.health_port = free_ports(2)
         ca = create_ca("kueue-e2e-ca", valid_days=1)
         cert_dir = self.workdir / "webhook-certs"
@@ -264,6 +267,7 @@ class KueuePlane:
             "apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "-o", "name", *files
         )
         self._kubectl("wait", "--for=condition=Established", "--timeout=120s", *applied.split())
+        self.crds_installed = True
 
     def _kubectl(self, *args: str) -> str:
         result = self.plane.kubectl(*args, check=False, timeout=300)

@@ -2,11 +2,11 @@
 `kueue_plane` fixture of conftest.py).
 
 Started in this order: etcd, kube-apiserver and kube-scheduler (harness/controlplane.py);
-the kube-controller-manager with only the job and garbage-collector controllers (a Job
-Kueue admits gets its pods, a deleted Job takes its pods and Workload with it); the CRDs
-of the operators whose Kueue integrations are enabled (JobSet, KubeRay, from
-harness/operator_crds.py), before Kueue, so their integrations start at once instead of
-waiting for the API; then Kueue (harness/kueue.py).
+the CRDs of the operators whose Kueue integrations are enabled (JobSet, KubeRay, from
+harness/operator_crds.py: before Kueue, so their integrations start at once instead of
+waiting for the API) and Kueue's own; the kube-controller-manager with only the job and
+garbage-collector controllers (a Job Kueue admits gets its pods, a deleted job takes its
+pods and Workload with it); then Kueue (harness/kueue.py).
 
 A plane of its own rather than the session's: start_controller_manager runs once per plane
 and the session's may already run only the resourceclaim controller (test_dra.py and
@@ -104,11 +104,15 @@ def kueue_test_plane(
     `frameworks` and Kueue running (`resources`: its Configuration's resources section,
     e.g. transformations); all stopped on exit."""
     with ControlPlane(binary=harness_binary, workdir=workdir) as plane:
-        start_job_controllers(plane)
-        installed = install_operator_crds(plane, crds_for(operator_crds, frameworks))
+        needed = crds_for(operator_crds, frameworks)
+        installed = install_operator_crds(plane, needed) if needed.entries else {}
         kueue = KueuePlane(
             plane, build, workdir / "kueue", frameworks=frameworks, resources=resources
         )
+        kueue.install_crds()
+        # After the CRDs: the garbage collector discovers resources when it starts, then
+        # only every 30 s, and until then leaves a deleted job's Workload (and its quota).
+        start_job_controllers(plane)
         with kueue:
             yield KueueTestPlane(plane, kueue, installed)
 
