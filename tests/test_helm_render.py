@@ -618,6 +618,9 @@ def test_quota_values_refused(helm: Path, helm_home: Path, tmp_path: Path) -> No
     values.write_text(yaml.safe_dump(content))
     result = run_helm(helm, *template_args(values=[values]), home=helm_home)
     assert result.returncode == 1
+    # The chart says what the policy loader says (which refuses the file in the webhook).
+    sentence = "gpushare.io/milligpu is the queue's GPU share, set by quota.kueue.gpus: remove it"
+    assert f"teams.yaml: policy teams: spec.quota.kueue.resources: {sentence}" in result.stderr
     with pytest.raises(PolicyError) as raised:
-        quota_objects(load_policy_texts([("teams.yaml", shared)]), {})
-    assert raised.value.problems[0] in result.stderr
+        load_policy_texts([("teams.yaml", shared)])
+    assert sentence in raised.value.problems[0]
