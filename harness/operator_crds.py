@@ -1,12 +1,14 @@
 """GPU operators' CustomResourceDefinitions and example manifests, for the e2e tests.
 
 tools/operator-crds/build.sh gathers them from the projects' own Go modules (KubeRay,
-Kubeflow Training Operator and Trainer, Argo Workflows, JobSet, LeaderWorkerSet, KServe),
-pinned by version and h1: sum in tools/operator-crds/modules.txt, into a content-addressed
-cache directory outside the repository (like the harness binary: binary.py), beside minimal
-CRDs of ours (tools/operator-crds/minimal/) for operators whose modules the Go module proxy
-does not serve. `GPUSHARE_OPERATOR_CRDS` names a directory built beforehand instead
-(scripts/test exports the one it built); without it, build.sh runs on demand.
+Kubeflow Training Operator and Trainer, Argo Workflows, JobSet, LeaderWorkerSet, KServe;
+and the Prometheus Operator's PodMonitor, ServiceMonitor and PrometheusRule, for gpushare's
+own monitoring objects), pinned by version and h1: sum in tools/operator-crds/modules.txt,
+into a content-addressed cache directory outside the repository (like the harness binary:
+binary.py), beside minimal CRDs of ours (tools/operator-crds/minimal/) for operators whose
+modules the Go module proxy does not serve. `GPUSHARE_OPERATOR_CRDS` names a directory
+built beforehand instead (scripts/test exports the one it built); without it, build.sh runs
+on demand.
 
 The directory holds <project>/crds/<file>, <project>/samples/<path inside the module>,
 index.tsv (one line per file: project, crd|sample, path in the directory, source) and a

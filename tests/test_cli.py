@@ -46,7 +46,7 @@ def test_the_tree_holds_every_command() -> None:
             for name in (
                 "mutate", "explain", "policy", "policy check", "policy schema", "serve",
                 "certs", "webhook-config", "mps-daemon", "device-plugin-config",
-                "dra-templates", "share-capacity", "plan", "compile",
+                "dra-templates", "share-capacity", "plan", "compile", "check-admission",
             )
         ),
     }  # fmt: skip

@@ -57,6 +57,15 @@ _NVIDIA_CHART = (
     "on the internet: not available offline"
 )
 _BENCH = "a benchmark: minutes of CPU on loopback (docs/performance.md gives its figures)"
+_MULTIARCH = (
+    "builds for both architectures from a registry's multi-arch base: buildah, the registry "
+    "and qemu-user-static for the other architecture"
+)
+_ADMISSION_CHECK = (
+    "the admission check's Job needs a job controller, a kubelet and the webhook's pods "
+    "running; tests/e2e/test_post_install_check.py applies deploy/admission-check and runs "
+    "its Job's command with its ServiceAccount's token against the real kube-apiserver"
+)
 _TORCH = "installs CUDA wheels of PyTorch/JAX (about 5 GB per venv) and needs them"
 NOT_RUN: dict[str, str] = {
     # README.md
@@ -80,12 +89,24 @@ NOT_RUN: dict[str, str] = {
         "available offline; tests/e2e/test_deploy.py renders the overlay, dry-runs all but "
         "those kinds and shows the apiserver refusing them for that reason"
     ),
+    "kubectl apply --server-side -k deploy/admission-check": _ADMISSION_CHECK,
+    "kubectl -n gpushare-system wait --for=condition=complete --timeout=5m "
+    "job/gpushare-admission-check": _ADMISSION_CHECK,
+    "kubectl -n gpushare-system logs job/gpushare-admission-check": _ADMISSION_CHECK,
+    "kubectl delete -k deploy/admission-check": _ADMISSION_CHECK,
     "docker build -t gpushare:0.1.0 .": "needs docker and a registry",
+    "docker build --target cluster -t gpushare-cluster:0.1.0 .": "needs docker and a registry",
     "scripts/image": "builds the image with buildah as root (tests/test_image.py does)",
+    "scripts/image --cluster": "builds the cluster image with buildah as root (likewise)",
     "scripts/image --stock": "builds the image with buildah from a registry's base",
-    "buildah push gpushare:0.1.0 docker://registry.example.com/gpushare:0.1.0": (
+    "buildah build --platform linux/amd64,linux/arm64 --manifest gpushare:0.1.0 .": _MULTIARCH,
+    "buildah build --platform linux/amd64,linux/arm64 --target cluster "
+    "--manifest gpushare-cluster:0.1.0 .": _MULTIARCH,
+    "buildah manifest push --all gpushare:0.1.0 docker://registry.example.com/gpushare:0.1.0": (
         "pushes to a registry"
     ),
+    "buildah manifest push --all gpushare-cluster:0.1.0 "
+    "docker://registry.example.com/gpushare-cluster:0.1.0": "pushes to a registry",
     # docs/frameworks.md
     "python3 -m venv /tmp/venv-torch29 && /tmp/venv-torch29/bin/pip install torch==2.9.0": _TORCH,
     "python3 -m venv /tmp/venv-torch210 && /tmp/venv-torch210/bin/pip install torch==2.10.0": (

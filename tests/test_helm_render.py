@@ -22,6 +22,7 @@ from webhook.core import builtin_kinds, load_policy_texts
 from webhook.errors import PolicyError
 from webhook.install import quota_objects, webhook_entries
 from webhook.install.certs import certificate_pem, create_ca
+from webhook.server.settings import ServeSettings
 
 REPO = Path(__file__).resolve().parents[1]
 VALUES = REPO / "tests/helm_values"
@@ -33,6 +34,8 @@ HELM_ONLY_LABELS = {
     "helm.sh/chart",
 }
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+# The post-install admission check, in every certificate mode.
+CHECK_JOB = "gpushare-admission-check"
 # The suite's 300 s bound each test's body only: a cold Helm build in the fixture takes
 # minutes (scripts/test builds it beforehand; the build has its own deadline).
 pytestmark = pytest.mark.timeout(300, func_only=True)
@@ -241,9 +244,121 @@ def test_certgen_jobs_hooks_and_rbac_limited_to_the_named_objects(
     assert not [d for d in docs if d["kind"] == "Certificate"]
 
 
+RENEWAL_RBAC = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+
+
+def test_the_renewal_cronjob_runs_the_hooks_pod_with_rbac_of_its_own(
+    helm: Path, helm_home: Path
+) -> None:
+    """Renewal without `helm upgrade`: a CronJob whose pod is the create hook's but for its
+    ServiceAccount and --renew-only in place of --missing-ok, with RBAC that is no hook's
+    (the hooks' is deleted once they succeed) and names every object it reaches."""
+    docs = render(helm, helm_home, sets=("certificates.secretName=team-tls",))
+    cronjob = find(docs, "CronJob", "gpushare-certgen-renew")
+    spec = cronjob["spec"]
+    assert spec["schedule"] == "17 3 * * *"
+    assert spec["concurrencyPolicy"] == "Forbid"
+    assert (spec["successfulJobsHistoryLimit"], spec["failedJobsHistoryLimit"]) == (1, 3)
+    job = spec["jobTemplate"]["spec"]
+    assert (job["activeDeadlineSeconds"], job["backoffLimit"]) == (120, 3)
+    pod = job["template"]
+    hook_pod = find(docs, "Job", "gpushare-certgen-create")["spec"]["template"]
+    assert pod["spec"].pop("serviceAccountName") == "gpushare-certgen-renew"
+    assert hook_pod["spec"].pop("serviceAccountName") == "gpushare-certgen"
+    (container,) = pod["spec"]["containers"]
+    (hook_container,) = hook_pod["spec"]["containers"]
+    assert container["command"][-1] == "--renew-only"
+    assert hook_container["command"][-1] == "--missing-ok"
+    assert "--secret=team-tls" in container["command"]
+    assert container.pop("command")[:-1] == hook_container.pop("command")[:-1]
+    assert pod == hook_pod  # the same image, securityContext, token, resources
+    assert pod["spec"]["automountServiceAccountToken"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+
+    for kind in RENEWAL_RBAC:
+        metadata = find(docs, kind, "gpushare-certgen-renew")["metadata"]
+        assert "helm.sh/hook" not in metadata.get("annotations", {}), kind
+    assert "helm.sh/hook" not in cronjob["metadata"].get("annotations", {})
+    # get/update of the one Secret, no create; get/patch of the two configurations.
+    assert find(docs, "Role", "gpushare-certgen-renew")["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["team-tls"],
+            "verbs": ["get", "update"],
+        }
+    ]
+    assert find(docs, "ClusterRole", "gpushare-certgen-renew")["rules"] == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+            "resourceNames": ["gpushare"],
+            "verbs": ["get", "patch"],
+        }
+    ]
+    for kind, role in (("RoleBinding", "Role"), ("ClusterRoleBinding", "ClusterRole")):
+        binding = find(docs, kind, "gpushare-certgen-renew")
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": role,
+            "name": "gpushare-certgen-renew",
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "gpushare-certgen-renew", "namespace": NAMESPACE}
+        ]
+
+
+def test_the_renewal_schedule_and_its_names_follow_the_values(helm: Path, helm_home: Path) -> None:
+    docs = render(
+        helm,
+        helm_home,
+        sets=(
+            "certificates.certgen.renewSchedule=@weekly",
+            "certificates.certgen.validDays=90",
+            "certificates.certgen.renewBeforeDays=20",
+            "fullnameOverride=gpu-webhook",
+        ),
+    )
+    spec = find(docs, "CronJob", "gpu-webhook-certgen-renew")["spec"]
+    assert spec["schedule"] == "@weekly"
+    command = spec["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--days=90" in command and "--renew-before-days=20" in command
+    assert "--secret=gpu-webhook-tls" in command
+    assert "--webhook-configuration=gpu-webhook" in command
+    cluster_role = find(docs, "ClusterRole", "gpu-webhook-certgen-renew")
+    assert cluster_role["rules"][0]["resourceNames"] == ["gpu-webhook"]
+
+
+@pytest.mark.parametrize(
+    ("values", "sets"),
+    [
+        ((), ("certificates.certgen.renewSchedule=",)),
+        ((VALUES / "cert-manager.yaml",), ()),
+        ((VALUES / "secret.yaml",), ()),
+    ],
+    ids=["renewSchedule-empty", "cert-manager", "secret"],
+)
+def test_no_renewal_cronjob_where_nothing_of_certgen_renews(
+    helm: Path, helm_home: Path, tmp_path: Path, values: tuple[Path, ...], sets: tuple[str, ...]
+) -> None:
+    """cert-manager renews its own certificates; a Secret of yours is yours to renew; and
+    renewSchedule "" leaves renewal to `helm upgrade` (NOTES says so)."""
+    if VALUES / "secret.yaml" in values:
+        ca = tmp_path / "ca.yaml"
+        pem = certificate_pem(create_ca().certificate).decode()
+        ca.write_text(yaml.safe_dump({"certificates": {"secret": {"caBundle": pem}}}))
+        values = (*values, ca)
+    docs = render(helm, helm_home, *values, sets=sets)
+    assert not [d for d in docs if d["kind"] == "CronJob"]
+    assert not [d for d in docs if d["metadata"]["name"].endswith("-certgen-renew")]
+
+
 def test_cert_manager_mode(helm: Path, helm_home: Path) -> None:
     docs = render(helm, helm_home, VALUES / "cert-manager.yaml")
-    assert not [d for d in docs if d["kind"] in ("Job", "Issuer")]
+    # No certgen Job (the admission check's Job runs in every mode).
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Job"] == [CHECK_JOB]
+    assert not [d for d in docs if d["kind"] == "Issuer"]
     certificate = find(docs, "Certificate", "gpushare-serving")
     assert certificate["spec"]["issuerRef"] == {"kind": "ClusterIssuer", "name": "corp-ca"}
     assert certificate["spec"]["secretName"] == "gpushare-tls"
@@ -264,7 +379,8 @@ def test_user_supplied_secret_mode(helm: Path, helm_home: Path, tmp_path: Path) 
     values = tmp_path / "ca.yaml"
     values.write_text(yaml.safe_dump({"certificates": {"secret": {"caBundle": pem}}}))
     docs = render(helm, helm_home, VALUES / "secret.yaml", values)
-    assert not [d for d in docs if d["kind"] in ("Job", "Certificate")]
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Job"] == [CHECK_JOB]
+    assert not [d for d in docs if d["kind"] == "Certificate"]
     volumes = find(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
     assert {"name": "tls", "secret": {"secretName": "my-webhook-tls"}} in volumes
     encoded = base64.b64encode(pem.encode()).decode()
@@ -345,11 +461,17 @@ def test_defaults_a_cluster_admin_expects(helm: Path, helm_home: Path) -> None:
     pod = spec["template"]["spec"]
     assert "preferredDuringSchedulingIgnoredDuringExecution" in pod["affinity"]["podAntiAffinity"]
     assert pod["automountServiceAccountToken"] is False
-    assert find(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 2
-    assert {d["metadata"]["name"] for d in docs if d["kind"] == "NetworkPolicy"} == {
-        "gpushare-default-deny",
-        "gpushare-webhook-from-apiserver",
-    }
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    budget = find(docs, "PodDisruptionBudget")["spec"]
+    assert (budget["maxUnavailable"], "minAvailable" in budget) == (1, False)
+    assert budget["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    # No NetworkPolicy until the admin names the apiserver's addresses; the admission check
+    # runs after every install and upgrade; /metrics has a port of its own.
+    assert not [d for d in docs if d["kind"] == "NetworkPolicy"]
+    assert find(docs, "Job", "gpushare-admission-check")
+    (container,) = pod["containers"]
+    assert {"name": "metrics", "containerPort": 9090, "protocol": "TCP"} in container["ports"]
+    assert {"name": "GPUSHARE_METRICS_PORT", "value": "9090"} in container["env"]
     for kind in WEBHOOK_KINDS:
         for webhook in find(docs, kind)["webhooks"]:
             # The pods' webhooks, and the one charging Kueue-managed workloads their share
@@ -357,6 +479,94 @@ def test_defaults_a_cluster_admin_expects(helm: Path, helm_home: Path) -> None:
             closed = ("mutate.", "validate.", "kueue.")
             expected = "Fail" if webhook["name"].startswith(closed) else "Ignore"
             assert webhook["failurePolicy"] == expected
+
+
+# -- scheduling and disruption: priority, the budget --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        # One replica: a minAvailable could never be met, so no drain could ever evict it.
+        (("replicaCount=1",), {"maxUnavailable": 1}),
+        (("replicaCount=2",), {"maxUnavailable": 1}),
+        (("replicaCount=3",), {"maxUnavailable": 1}),
+        # minAvailable, where set, always leaves one replica to evict.
+        (("replicaCount=1", "podDisruptionBudget.minAvailable=2"), {"maxUnavailable": 1}),
+        (("replicaCount=2", "podDisruptionBudget.minAvailable=2"), {"minAvailable": 1}),
+        (("replicaCount=3", "podDisruptionBudget.minAvailable=2"), {"minAvailable": 2}),
+        (("replicaCount=5", "podDisruptionBudget.minAvailable=3"), {"minAvailable": 3}),
+        (("replicaCount=5", "podDisruptionBudget.maxUnavailable=2"), {"maxUnavailable": 2}),
+    ],
+)
+def test_the_budget_never_blocks_a_drain(
+    helm: Path, helm_home: Path, sets: tuple[str, ...], expected: dict[str, int]
+) -> None:
+    budget = find(render(helm, helm_home, sets=sets), "PodDisruptionBudget")["spec"]
+    assert budget == {
+        **expected,
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        "selector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": "gpushare",
+                "app.kubernetes.io/component": "webhook",
+                "app.kubernetes.io/instance": "gpushare",
+            }
+        },
+    }
+    replicas = int(sets[0].split("=")[1])
+    # Evictions a healthy Deployment allows at once: at least one, never all but where 1.
+    allowed = expected.get("maxUnavailable") or replicas - expected["minAvailable"]
+    assert allowed >= 1 and (replicas == 1 or allowed < replicas)
+
+
+def test_production_values_keep_their_budget_within_reach(helm: Path, helm_home: Path) -> None:
+    docs = render(helm, helm_home, VALUES / "production.yaml")
+    assert find(docs, "Deployment")["spec"]["replicas"] == 4
+    assert find(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 3
+    assert not [
+        d for d in render(helm, helm_home, sets=("podDisruptionBudget.enabled=false",))
+        if d["kind"] == "PodDisruptionBudget"
+    ]  # fmt: skip
+
+
+def critical_pods_quota(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == "ResourceQuota"]
+
+
+def test_priority_class_and_the_quota_that_lets_its_pods_in(helm: Path, helm_home: Path) -> None:
+    """system-cluster-critical by default, with the ResourceQuota that clusters limiting its
+    consumption (limitedResources; GKE) need in the namespace; "" opts out of both."""
+    docs = render(helm, helm_home)
+    (quota,) = critical_pods_quota(docs)
+    assert quota["metadata"]["name"] == "gpushare-critical-pods"
+    assert quota["metadata"]["namespace"] == NAMESPACE
+    assert quota["spec"] == {
+        "hard": {"pods": "1G"},
+        "scopeSelector": {
+            "matchExpressions": [
+                {
+                    "scopeName": "PriorityClass",
+                    "operator": "In",
+                    "values": ["system-cluster-critical"],
+                }
+            ]
+        },
+    }
+
+    own = render(helm, helm_home, sets=("priorityClassName=gpu-infra",))
+    pod = find(own, "Deployment")["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == "gpu-infra"
+    (quota,) = critical_pods_quota(own)
+    assert quota["spec"]["scopeSelector"]["matchExpressions"][0]["values"] == ["gpu-infra"]
+
+    none = render(helm, helm_home, sets=("priorityClassName=",))
+    assert "priorityClassName" not in find(none, "Deployment")["spec"]["template"]["spec"]
+    assert not critical_pods_quota(none)
+    no_quota = render(helm, helm_home, sets=("priorityClassQuota=false",))
+    spec = find(no_quota, "Deployment")["spec"]["template"]["spec"]
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    assert not critical_pods_quota(no_quota)
 
 
 # -- bad values fail at helm install / helm template ------------------------------------------
@@ -368,6 +578,15 @@ def test_defaults_a_cluster_admin_expects(helm: Path, helm_home: Path) -> None:
         (("webhook.failurePolicy=Sometimes",), "value must be one of 'Fail', 'Ignore'"),
         (("webhook.timeoutSeconds=31",), "at '/webhook/timeoutSeconds': maximum: got 31, want 30"),
         (("certificates.mode=vault",), "value must be one of 'certgen', 'cert-manager', 'secret'"),
+        # Not a cron schedule of five fields or a macro: the CronJob would be refused only
+        # when Helm applies it, after the hooks ran.
+        *(
+            (
+                (f"certificates.certgen.renewSchedule={schedule}",),
+                f"at '/certificates/certgen/renewSchedule': '{schedule}' does not match pattern",
+            )
+            for schedule in ("daily", "0 3 * *", "*/5 * * * * *", "TZ=UTC 0 3 * * *")
+        ),
         (
             ("certificates.mode=secret",),
             "at '/certificates/secret/caBundle': '' does not match pattern "
@@ -381,8 +600,18 @@ def test_defaults_a_cluster_admin_expects(helm: Path, helm_home: Path) -> None:
         (("replicaCount=0",), "at '/replicaCount': minimum: got 0, want 1"),
         (("webhook.sharedResources={}",), "at '/webhook/sharedResources/0': '' does not match"),
         (("networkPolicy.apiserverCIDRs={10.0.0.0}",), "does not match pattern"),
+        (
+            ("networkPolicy.enabled=true",),
+            "at '/networkPolicy/apiserverCIDRs': minItems: got 0, want 1",
+        ),
+        (("metricsPort=70000",), "at '/metricsPort': maximum: got 70,000, want 65,535"),
         (("replicas=3",), "additional properties 'replicas' not allowed"),
         (("webhook.failurepolicy=Fail",), "additional properties 'failurepolicy' not allowed"),
+        (
+            ("podDisruptionBudget.maxUnavailable=0",),
+            "at '/podDisruptionBudget/maxUnavailable': minimum: got 0, want 1",
+        ),
+        (("priorityClassName=Critical_Pods",), "at '/priorityClassName': 'Critical_Pods' does"),
     ],
 )
 def test_bad_values_are_refused_by_the_schema(
@@ -477,18 +706,24 @@ def test_own_workload_kinds_join_the_chart_through_its_values(
 SAFETY_NET_FILE = CHART / "files/safety-net.yaml"
 SAFETY_NET_HEADER = """\
 # The ValidatingAdmissionPolicy `gpushare webhook-config` compiles from the chart's bundled
-# policies (files/policies/), for templates/safety-net.yaml. Generated: after changing the
-# policies or the generator, run
+# policies (files/policies/), for templates/safety-net.yaml: printed with --failure-policy
+# Fail, then Ignore (the template takes the one of webhook.failurePolicy). Generated: after
+# changing the policies or the generator, run
 #   GPUSHARE_REGENERATE=1 .venv/bin/python -m pytest tests/test_helm_render.py -k safety_net_file
 """
 
 
 def generated_safety_net(tmp_path: Path) -> str:
-    documents = generated(
-        tmp_path, "--namespace", NAMESPACE, "--policies", str(CHART / "files/policies")
-    )
-    (policy,) = [d for d in documents if d["kind"] == "ValidatingAdmissionPolicy"]
-    return SAFETY_NET_HEADER + yaml.safe_dump(policy, sort_keys=False, width=1000)
+    texts = []
+    for failure_policy in ("Fail", "Ignore"):
+        documents = generated(
+            tmp_path,
+            *("--namespace", NAMESPACE, "--failure-policy", failure_policy),
+            *("--policies", str(CHART / "files/policies")),
+        )
+        (policy,) = [d for d in documents if d["kind"] == "ValidatingAdmissionPolicy"]
+        texts.append(yaml.safe_dump(policy, sort_keys=False, width=1000))
+    return SAFETY_NET_HEADER + "---\n".join(texts)
 
 
 def test_the_bundled_safety_net_file_is_the_generator_output(tmp_path: Path) -> None:
@@ -498,6 +733,36 @@ def test_the_bundled_safety_net_file_is_the_generator_output(tmp_path: Path) -> 
     assert SAFETY_NET_FILE.read_text() == expected, (
         "files/safety-net.yaml is stale: " + SAFETY_NET_HEADER.splitlines()[-1].lstrip("# ")
     )
+
+
+def test_the_safety_net_follows_the_failure_policy(
+    helm: Path, helm_home: Path, tmp_path: Path
+) -> None:
+    """Under Ignore the chart's safety net is the one printed with --failure-policy Ignore:
+    it lets an annotated pod the webhook never mutated through (no never-mutated check), as
+    Ignore says. One printed for the other failure policy is refused, not rewritten."""
+    docs = render(helm, helm_home, sets=("webhook.failurePolicy=Ignore",))
+    expected = generated(tmp_path, "--namespace", NAMESPACE, "--failure-policy", "Ignore")
+    assert chart_admission(docs) == [comparable(d) for d in expected]
+    policy = find(docs, "ValidatingAdmissionPolicy")["spec"]
+    assert policy["failurePolicy"] == "Ignore"
+    assert not [v for v in policy["validations"] if "never mutated" in v["message"]]
+    fail = find(render(helm, helm_home), "ValidatingAdmissionPolicy")["spec"]
+    assert [v for v in fail["validations"] if "never mutated" in v["message"]]
+
+    output = tmp_path / "admission.yaml"
+    output.write_text(generator_output(tmp_path, "--namespace", NAMESPACE))
+    result = run_helm(
+        helm,
+        *template_args(sets=("webhook.failurePolicy=Ignore",)),
+        *("--set-file", f"safetyNet.generated={output}"),
+        home=helm_home,
+    )
+    assert result.returncode == 1
+    assert (
+        "safetyNet.generated was printed with --failure-policy Fail but webhook.failurePolicy "
+        "is Ignore: print it again with --failure-policy Ignore"
+    ) in result.stderr
 
 
 def test_own_policies_need_their_own_safety_net(
@@ -572,8 +837,13 @@ def quota_values(tmp_path: Path, **quotas: bool) -> Path:
 
 
 def by_identity(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The quota objects, in one order (Helm sorts its output by kind)."""
-    found = [d for d in documents if d["kind"] in QUOTA_KINDS]
+    """The quota objects, in one order (Helm sorts its output by kind); not the quota that
+    admits the webhook's own PriorityClass (test_priority_class_...)."""
+    found = [
+        d
+        for d in documents
+        if d["kind"] in QUOTA_KINDS and d["metadata"]["name"] != "gpushare-critical-pods"
+    ]
     return sorted(
         found,
         key=lambda d: (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]),
@@ -624,3 +894,156 @@ def test_quota_values_refused(helm: Path, helm_home: Path, tmp_path: Path) -> No
     with pytest.raises(PolicyError) as raised:
         load_policy_texts([("teams.yaml", shared)])
     assert sentence in raised.value.problems[0]
+
+
+# -- the NetworkPolicy: only with the apiserver's addresses -------------------------------------
+
+
+def network_policies(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "NetworkPolicy"}
+
+
+def pod_spec(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = find(docs, kind, name)["spec"]["template"]["spec"]
+    return spec
+
+
+WEBHOOK_PORT = [{"protocol": "TCP", "port": 8443}]
+
+
+def test_the_network_policy_admits_the_addresses_given_and_nothing_else(
+    helm: Path, helm_home: Path, tmp_path: Path
+) -> None:
+    konnectivity = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+        "podSelector": {"matchLabels": {"k8s-app": "konnectivity-agent"}},
+    }
+    monitoring = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mon"}}}
+    sets = ("networkPolicy.enabled=true", "networkPolicy.apiserverCIDRs={10.0.0.0/28}")
+    cidrs = network_policies(render(helm, helm_home, sets=sets))
+    assert set(cidrs) == {"gpushare-default-deny", "gpushare-webhook-from-apiserver"}
+    assert cidrs["gpushare-default-deny"]["policyTypes"] == ["Ingress", "Egress"]
+    assert cidrs["gpushare-webhook-from-apiserver"]["ingress"] == [
+        {"from": [{"ipBlock": {"cidr": "10.0.0.0/28"}}], "ports": WEBHOOK_PORT}
+    ]
+    # Konnectivity: the agents' pods, no CIDR; Prometheus on the metrics port only.
+    policy = {"enabled": True, "extraFrom": [konnectivity], "metricsFrom": [monitoring]}
+    values = tmp_path / "np-values.yaml"
+    values.write_text(yaml.safe_dump({"networkPolicy": policy}))
+    peers = network_policies(render(helm, helm_home, values))
+    assert peers["gpushare-webhook-from-apiserver"]["ingress"] == [
+        {"from": [konnectivity], "ports": WEBHOOK_PORT}
+    ]
+    assert peers["gpushare-metrics"]["ingress"] == [
+        {"from": [monitoring], "ports": [{"protocol": "TCP", "port": 9090}]}
+    ]
+    # No metrics port, no rule for it.
+    assert "gpushare-metrics" not in network_policies(
+        render(helm, helm_home, values, sets=("metricsPort=0",))
+    )
+
+
+def test_a_network_policy_without_addresses_is_refused_with_what_to_set(
+    helm: Path, helm_home: Path
+) -> None:
+    """By the schema at `helm install`; by the template where the schema is skipped."""
+    message = refused(helm, helm_home, "networkPolicy.enabled=true")
+    assert "at '/networkPolicy/apiserverCIDRs': minItems: got 0, want 1" in message
+    skipped = run_helm(
+        helm, *template_args(sets=("networkPolicy.enabled=true",)), "--skip-schema-validation",
+        home=helm_home,
+    )  # fmt: skip
+    assert skipped.returncode == 1 and skipped.stdout == ""
+    assert (
+        "networkPolicy.enabled needs networkPolicy.apiserverCIDRs (the CIDRs the kube-apiserver "
+        "calls the webhook from) or networkPolicy.extraFrom peers" in skipped.stderr
+    )
+    # The MPS daemon's egress needs the apiserver's addresses too.
+    peer = "networkPolicy.extraFrom[0].podSelector.matchLabels.k8s-app=konnectivity-agent"
+    mps = ("mpsDaemon.enabled=true", "mpsDaemon.deviceConfigs={l4-mps}")
+    sets = ("networkPolicy.enabled=true", peer, *mps)
+    result = run_helm(helm, *template_args(sets=sets), home=helm_home)
+    assert result.returncode == 1
+    expected = "networkPolicy.enabled with mpsDaemon.enabled needs networkPolicy.apiserverCIDRs"
+    assert expected in result.stderr
+
+
+# -- the metrics port --------------------------------------------------------------------------
+
+
+def test_the_metrics_port_is_a_setting_of_the_server_and_off_with_0(
+    helm: Path, helm_home: Path
+) -> None:
+    (container,) = pod_spec(render(helm, helm_home, sets=("metricsPort=9191",)), "Deployment")[
+        "containers"
+    ]
+    settings = ServeSettings.from_environ({e["name"]: e["value"] for e in container["env"]})
+    assert settings.metrics_port == 9191 and settings.port == 8443
+    assert {"name": "metrics", "containerPort": 9191, "protocol": "TCP"} in container["ports"]
+    (off,) = pod_spec(render(helm, helm_home, sets=("metricsPort=0",)), "Deployment")["containers"]
+    assert [p["name"] for p in off["ports"]] == ["https"]
+    assert "GPUSHARE_METRICS_PORT" not in {e["name"] for e in off["env"]}
+    clash = run_helm(helm, *template_args(sets=("metricsPort=8443",)), home=helm_home)
+    assert clash.returncode == 1
+    assert "metricsPort 8443 is the admission port" in clash.stderr
+
+
+# -- the admission check: a hook Job after install and upgrade, a `helm test` pod -------------
+
+
+def test_the_admission_check_runs_after_the_ca_bundle_with_rbac_for_one_namespace(
+    helm: Path, helm_home: Path
+) -> None:
+    docs = render(helm, helm_home)
+    job = find(docs, "Job", "gpushare-admission-check")
+    test = find(docs, "Pod", "gpushare-admission-check-test")
+    patch = find(docs, "Job", "gpushare-certgen-patch")
+    annotations = job["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"] == "post-install,post-upgrade"
+    assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+    # After the patch Job has written caBundle.
+    weight = int(annotations["helm.sh/hook-weight"])
+    assert weight > int(patch["metadata"]["annotations"]["helm.sh/hook-weight"])
+    assert test["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert job["spec"]["backoffLimit"] == 2 and job["spec"]["activeDeadlineSeconds"] == 300
+    pod = job["spec"]["template"]["spec"]
+    assert {k: v for k, v in test["spec"].items() if k != "activeDeadlineSeconds"} == pod
+    assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is True
+    (container,) = pod["containers"]
+    assert container["command"] == [
+        "gpushare", "check-admission", "--namespace=default", "--timeout=60",
+    ]  # fmt: skip
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    # The check's own account: create on pods in the check's namespace, nothing else, only
+    # while a hook runs (before the Job and the test pod: a lower weight).
+    role = find(docs, "Role", "gpushare-admission-check")
+    binding = find(docs, "RoleBinding", "gpushare-admission-check")
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "default"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": NAMESPACE}
+    ]
+    for kind in ("ServiceAccount", "Role", "RoleBinding"):
+        hook = find(docs, kind, "gpushare-admission-check")["metadata"]["annotations"]
+        assert hook["helm.sh/hook"] == "post-install,post-upgrade,test"
+        assert int(hook["helm.sh/hook-weight"]) < weight
+    cluster_wide = ("ClusterRole", "ClusterRoleBinding")
+    assert not [d for d in docs if d["kind"] in cluster_wide and "check" in d["metadata"]["name"]]
+
+
+def test_the_admission_check_namespace_must_be_one_the_webhook_serves(
+    helm: Path, helm_home: Path
+) -> None:
+    for namespace in (NAMESPACE, "kube-system", "kube-public"):
+        sets = (f"admissionCheck.namespace={namespace}",)
+        result = run_helm(helm, *template_args(sets=sets), home=helm_home)
+        assert result.returncode == 1, namespace
+        expected = f'admissionCheck.namespace "{namespace}" is a namespace the webhook never serves'
+        assert expected in result.stderr
+    sets = ("admissionCheck.namespace=gpu-check", "admissionCheck.podImage=r.example/pause:1")
+    own = render(helm, helm_home, sets=sets)
+    command = pod_spec(own, "Job", "gpushare-admission-check")["containers"][0]["command"]
+    assert "--namespace=gpu-check" in command and "--image=r.example/pause:1" in command
+    assert find(own, "Role", "gpushare-admission-check")["metadata"]["namespace"] == "gpu-check"
+    off = render(helm, helm_home, sets=("admissionCheck.enabled=false",))
+    assert not [d for d in off if "admission-check" in d["metadata"]["name"]]

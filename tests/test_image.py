@@ -1,7 +1,14 @@
-"""The container image, built by ``scripts/image`` and run the way a kubelet would run it.
+"""The container images, built by ``scripts/image`` and run the way a kubelet would run them.
+
+First, without building anything, the Dockerfile itself: its base pinned by digest, nothing
+in it specific to one architecture, two targets (the admission image without the Kubernetes
+client, the cluster image with it), the base's pip removed, and no claim anywhere that the
+image has no shell (both bases have /bin/sh).
 
 ``scripts/image`` builds the Dockerfile with buildah on a Debian base made by mmdebstrap
-from this machine's package mirror (no registry is reachable here). The image's own
+from this machine's package mirror (no registry is reachable here); GPUSHARE_IMAGE_BASE=stock
+builds on the Dockerfile's own (pinned) python base instead, where a registry is reachable,
+and any other value is passed as ``--base``. The image's own
 ENTRYPOINT and CMD, read with ``buildah inspect``, then run under ``buildah run --isolation
 chroot`` (``podman run`` cannot set up cgroups here) on the host network, as the image's
 non-root USER, with what a Pod would mount: the TLS Secret (key readable only by that
@@ -11,14 +18,15 @@ TLS against the CA, sends one admission and stops the server with SIGTERM, as th
 Cost: with the base and the dependency layer cached (~/.cache/gpushare/image and
 buildah's layer cache), the build takes about a minute and the checks seconds. A cold
 machine first spends minutes on mmdebstrap and the wheels (the README's "Image" section
-has the figures). Skipped where buildah is not installed, or not as root (chroot
-isolation and mmdebstrap need root here).
+has the figures). The builds are skipped where buildah is not installed, or not as root
+(chroot isolation and mmdebstrap need root here).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import ssl
@@ -37,20 +45,135 @@ from webhook.install.certs import parse_ip_addresses, write_certificates
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "image"
+DOCKERFILE = REPO / "Dockerfile"
 RUNTIME_UID = 65532
 BUILD_TIMEOUT_S = 1800  # a cold machine: mmdebstrap plus every wheel from PyPI
 
-pytestmark = [
-    # The first test builds the image: minutes on a cold machine (pytest's default is 300 s).
-    pytest.mark.timeout(BUILD_TIMEOUT_S + 300),
-    pytest.mark.skipif(
-        shutil.which("buildah") is None,
-        reason="buildah is not installed (as root: apt-get install -y buildah podman mmdebstrap)",
-    ),
-    pytest.mark.skipif(
-        os.geteuid() != 0, reason="buildah's chroot isolation and mmdebstrap need root here"
-    ),
-]
+# The first build test builds the image: minutes on a cold machine (pytest's default is 300 s).
+pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S + 300)
+if shutil.which("buildah") is None:
+    CANNOT_BUILD = (
+        "buildah is not installed (as root: apt-get install -y buildah podman mmdebstrap)"
+    )
+elif os.geteuid() != 0:
+    CANNOT_BUILD = "buildah's chroot isolation and mmdebstrap need root here"
+else:
+    CANNOT_BUILD = ""
+needs_buildah = pytest.mark.skipif(bool(CANNOT_BUILD), reason=CANNOT_BUILD)
+
+
+# -- the Dockerfile, read ---------------------------------------------------------------------
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of the Dockerfile, continuation lines joined, no comments."""
+    lines = [
+        line for line in DOCKERFILE.read_text().splitlines() if not line.lstrip().startswith("#")
+    ]
+    joined = re.sub(r"\\\n", " ", "\n".join(lines))
+    found = []
+    for line in joined.splitlines():
+        if line.strip():
+            keyword, _, rest = line.strip().partition(" ")
+            found.append((keyword.upper(), rest.strip()))
+    return found
+
+
+def stages() -> dict[str, str]:
+    """Stage name -> what it is built FROM, in order."""
+    named = {}
+    for keyword, rest in instructions():
+        if keyword == "FROM":
+            parts = rest.split()
+            assert len(parts) == 3 and parts[1].upper() == "AS", rest
+            named[parts[2]] = parts[0]
+    return named
+
+
+def test_the_base_is_pinned_by_digest_and_every_stage_starts_from_it_or_a_stage() -> None:
+    arguments = dict(
+        rest.split("=", 1) for keyword, rest in instructions() if keyword == "ARG" and "=" in rest
+    )
+    assert re.fullmatch(
+        r"docker\.io/library/python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", arguments["BASE"]
+    ), arguments
+    built = stages()
+    for name, source in built.items():
+        earlier = list(built)[: list(built).index(name)]
+        assert source == "${BASE}" or source in earlier, (name, source)
+    # The admission image is the default target (the last stage); the cluster image another.
+    assert list(built)[-1] == "admission" and "cluster" in built
+    # scripts/image pins the base it builds by its image ID.
+    script = SCRIPT.read_text()
+    assert "--format '{{.FromImageID}}' \"$base_image\")" in script
+    assert '--build-arg "BASE=$base_id"' in script
+
+
+def test_nothing_in_the_dockerfile_is_for_one_architecture_only() -> None:
+    """Built for linux/amd64 and linux/arm64 alike: no architecture named outside comments,
+    no --platform pinning a stage, nothing downloaded but binary wheels pip picks per
+    platform."""
+    for keyword, rest in instructions():
+        lowered = rest.lower()
+        for word in ("amd64", "x86_64", "x86-64", "aarch64", "arm64", "--platform"):
+            assert word not in lowered, (keyword, rest)
+        assert keyword != "ADD", rest  # no remote or archive downloads
+        assert not re.search(r"\b(curl|wget)\b", lowered), rest
+        if "pip install" in lowered and "--no-deps" not in lowered:
+            assert "--only-binary=:all:" in lowered, rest
+
+
+def test_the_admission_image_lacks_the_kubernetes_client_and_the_cluster_image_has_it() -> None:
+    text = DOCKERFILE.read_text()
+    built = stages()
+    assert built["cluster"] == "image" and built["admission"] == "image"
+    assert built["cluster-dependencies"] == "dependencies"
+    stage_text = dict(re.findall(r"^FROM \S+ AS (\S+)\n(.*?)(?=^FROM |\Z)", text, re.M | re.S))
+    assert '["optional-dependencies"]["cluster"]' in stage_text["cluster-dependencies"]
+    assert "optional-dependencies" not in stage_text["dependencies"]
+    assert "--from=runtime " in stage_text["admission"]
+    assert "--from=cluster-runtime " in stage_text["cluster"]
+    # The shared stage takes the base's own installer out before the user switch.
+    shared = stage_text["image"]
+    assert "pip uninstall" in shared and shared.index("pip uninstall") < shared.index("USER")
+
+
+NO_SHELL = re.compile(r"\bno (?:/bin/sh|sh|shell)\b", re.IGNORECASE)
+
+
+def test_nothing_claims_the_image_has_no_shell() -> None:
+    """Both bases (python slim, Debian) have /bin/sh: no comment or page may say otherwise."""
+    paths = [DOCKERFILE, REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    paths += sorted(p for p in (REPO / "deploy").rglob("*") if p.suffix in (".yaml", ".tpl"))
+    claims = [
+        f"{path.relative_to(REPO)}: {line.strip()}"
+        for path in paths
+        for line in path.read_text().splitlines()
+        if NO_SHELL.search(line)
+    ]
+    assert not claims, claims
+
+
+# -- the images, built and run ----------------------------------------------------------------
+
+
+def build(*args: str) -> str:
+    base = os.environ.get("GPUSHARE_IMAGE_BASE", "")
+    chosen = ["--stock"] if base == "stock" else ["--base", base] if base else []
+    started = time.monotonic()
+    result = subprocess.run(
+        [str(SCRIPT), *chosen, *args],
+        capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, f"scripts/image failed:\n{result.stderr[-4000:]}"
+    name = result.stdout.strip().splitlines()[-1]
+    elapsed = time.monotonic() - started
+    size = subprocess.run(
+        ["podman", "image", "inspect", "--format", "{{.Size}}", name],
+        capture_output=True, text=True, timeout=60, check=False,
+    ).stdout.strip()  # fmt: skip
+    print(f"\nscripts/image {' '.join(args)}: {name} built in {elapsed:.0f}s, {size} bytes")
+    return name
 
 
 def buildah(*args: str, timeout: float = 120) -> str:
@@ -63,19 +186,13 @@ def buildah(*args: str, timeout: float = 120) -> str:
 
 @pytest.fixture(scope="module")
 def image() -> str:
-    started = time.monotonic()
-    result = subprocess.run(
-        [str(SCRIPT)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False
-    )
-    assert result.returncode == 0, f"scripts/image failed:\n{result.stderr[-4000:]}"
-    name = result.stdout.strip().splitlines()[-1]
-    elapsed = time.monotonic() - started
-    size = subprocess.run(
-        ["podman", "image", "inspect", "--format", "{{.Size}}", name],
-        capture_output=True, text=True, timeout=60, check=False,
-    ).stdout.strip()  # fmt: skip
-    print(f"\nscripts/image: {name} built in {elapsed:.0f}s, {size} bytes")
-    return name
+    return build()
+
+
+@pytest.fixture(scope="module")
+def cluster_image(image: str) -> str:
+    del image  # built first: the cluster image reuses its cached stages
+    return build("--cluster")
 
 
 @pytest.fixture(scope="module")
@@ -94,11 +211,21 @@ def container(image: str) -> Iterator[str]:
         buildah("rm", name)
 
 
+@pytest.fixture
+def cluster_container(cluster_image: str) -> Iterator[str]:
+    name = buildah("from", "--pull-never", cluster_image).strip()
+    try:
+        yield name
+    finally:
+        buildah("rm", name)
+
+
 def run_in(container: str, *command: str, timeout: float = 60) -> str:
     """A command in the container as the image's USER (buildah run applies it)."""
     return buildah("run", "--isolation", "chroot", container, "--", *command, timeout=timeout)
 
 
+@needs_buildah
 def test_the_image_runs_as_a_numeric_non_root_user(config: dict[str, Any], container: str) -> None:
     # Numeric, so the kubelet can enforce runAsNonRoot without reading /etc/passwd.
     assert config["User"] == f"{RUNTIME_UID}:{RUNTIME_UID}"
@@ -106,16 +233,24 @@ def test_the_image_runs_as_a_numeric_non_root_user(config: dict[str, Any], conta
     assert ids.split() == [str(RUNTIME_UID), str(RUNTIME_UID)]
 
 
-# Run inside the image: what the runtime must not carry or must not allow.
+# Run inside the image: what the runtime must not carry or must not allow. The base's own
+# interpreter is asked too: the stock python base ships pip in /usr/local (the Dockerfile's
+# shared stage removes it), a Debian base has none.
 INSPECT_RUNTIME = """
-import importlib.util, json, os, shutil, sys
+import importlib.util, json, os, shutil, subprocess, sys
+FIND = "import importlib.util as u, sys; sys.exit(0 if u.find_spec(sys.argv[1]) else 3)"
+def base_has(module):
+    return subprocess.run([sys._base_executable, "-c", FIND, module]).returncode == 0
 print(json.dumps({
     "python": sys.executable,
     "pip_importable": importlib.util.find_spec("pip") is not None,
     "setuptools_importable": importlib.util.find_spec("setuptools") is not None,
-    "tools": [t for t in ("gcc", "cc", "c++", "make", "ld", "apt-get", "dpkg-buildpackage")
-              if shutil.which(t)] + [t for t in ("pip", "pip3") if
-              (shutil.which(t) or "").startswith("/opt/gpushare")],
+    "base_pip_importable": base_has("pip"),
+    "base_setuptools_importable": base_has("setuptools"),
+    "kubernetes_importable": importlib.util.find_spec("kubernetes") is not None,
+    "tools": [t for t in ("gcc", "cc", "c++", "make", "ld", "apt-get", "dpkg-buildpackage",
+                          "pip", "pip3", "pip3.11", "pip3.12", "pip3.13", "easy_install")
+              if shutil.which(t)],
     "left_over": [p for p in ("/src", "/wheels", "/tmp/requirements.txt", "/root/.cache")
                   if os.path.exists(p)],
     "package_files": [os.path.join(d, n) for top in ("/var/lib/apt/lists", "/var/cache")
@@ -129,18 +264,51 @@ print(json.dumps({
 """
 
 
-def test_the_runtime_has_no_installer_build_tools_or_caches(container: str) -> None:
-    found = json.loads(run_in(container, "python3", "-c", INSPECT_RUNTIME))
+def inspect_runtime(container: str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(run_in(container, "python3", "-c", INSPECT_RUNTIME))
     assert found["python"].startswith("/opt/gpushare/"), found
     assert not found["pip_importable"] and not found["setuptools_importable"], found
-    assert found["tools"] == [], found
+    # Nor the base's interpreter (the stock base's pip in /usr/local: GPUSHARE_IMAGE_BASE=stock).
+    assert not found["base_pip_importable"], found
+    assert not found["base_setuptools_importable"], found
+    assert found["tools"] == [], found  # pip on no PATH entry, nor a compiler or apt
+    return found
+
+
+@needs_buildah
+def test_the_runtime_has_no_installer_build_tools_or_caches(container: str) -> None:
+    found = inspect_runtime(container)
+    # The admission image: no Kubernetes client (the cluster image has it).
+    assert not found["kubernetes_importable"], found
     assert found["left_over"] == [] and found["pip_caches"] == [], found
     assert found["package_files"] == [], found  # no package lists or downloaded .debs
     # The code belongs to root: the webhook's user cannot change what it runs.
     assert not found["app_writable"]
     assert found["policies"] == sorted(p.name for p in (REPO / "policies").glob("*.yaml"))
-    # The CLI the mps-daemon DaemonSet and the certs Job run is on PATH.
+    # The offline CLI is on PATH and works without the client; the cluster commands say
+    # what to install instead of a traceback.
     assert run_in(container, "gpushare", "--version").strip().endswith("0.1.0")
+    refused = subprocess.run(
+        ["buildah", "run", "--isolation", "chroot", container, "--",
+         "gpushare", "share-capacity", "--once"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2, refused
+    assert "pip install 'gpushare[cluster]'" in refused.stderr, refused.stderr
+
+
+@needs_buildah
+def test_the_cluster_image_has_the_client_and_runs_gpushare(
+    cluster_image: str, cluster_container: str
+) -> None:
+    config = json.loads(buildah("inspect", "--type", "image", cluster_image))["OCIv1"]["config"]
+    assert config["Entrypoint"] == ["gpushare"] and config["User"] == f"{RUNTIME_UID}:{RUNTIME_UID}"
+    found = inspect_runtime(cluster_container)
+    assert found["kubernetes_importable"], found
+    assert not found["app_writable"] and found["left_over"] == [], found
+    # The commands the chart's cluster components run parse here (--help: no cluster).
+    for command in ("certs", "dra-templates", "share-capacity", "mps-daemon"):
+        assert "usage: gpushare" in run_in(cluster_container, "gpushare", command, "--help")
 
 
 def pod_mounts(tmp_path: Path) -> tuple[Path, list[str]]:
@@ -208,6 +376,7 @@ def https_get(port: int, path: str, context: ssl.SSLContext) -> tuple[int, bytes
             return error.code, error.read()
 
 
+@needs_buildah
 def test_the_entrypoint_serves_readyz_and_admissions_over_tls(
     config: dict[str, Any], container: str, tmp_path: Path
 ) -> None:

@@ -1,7 +1,9 @@
 """The dashboard and the alerts in deploy/monitoring use only metrics the service exports.
 
 Both servers run for real and are scraped: ``gpushare serve`` (gunicorn, two workers, over
-TLS, as tests/server starts it) and ``gpushare mps-daemon`` with fake GPUs and the
+TLS, as tests/server starts it; scraped on its plain-HTTP metrics port, ``--metrics-port``,
+which must serve every worker's counts and stay answering while clients hold connections)
+and ``gpushare mps-daemon`` with fake GPUs and the
 stand-in MPS control program (as tests/node runs it), its apiserver unreachable, which
 only keeps the node unlabelled; the webhook first admits one pod under a policy that counts
 shares. Every metric name in every dashboard target and every alert expression must be a
@@ -15,6 +17,10 @@ program on github.com/prometheus/prometheus/promql/parser, built once into
 ~/.cache/gpushare-promql): each must parse as a Prometheus server would parse it, and the
 names checked are the parser's vector selectors, so nothing in a label matcher, a string,
 a ``by`` list or a function name is mistaken for a metric. PyPI has no PromQL parser.
+The same program runs the alerts' unit tests, tests/promql/rules/*.yaml in promtool's
+``test rules`` format (recorded series, evaluation times, expected alerts), on Prometheus's
+own rule manager: each must pass, every alert must fire in one of them, and a healthy set
+must fire none.
 Series names of histograms are checked as the scrape shows them (``_bucket``, ``_sum``,
 ``_count``), read with prometheus_client's own exposition parser.
 """
@@ -22,10 +28,12 @@ Series names of histograms are checked as the scrape shows them (``_bucket``, ``
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -41,7 +49,9 @@ from werkzeug.test import Client
 from tests.node.node_fakes import A100, fake_gpus_file, mps_daemon_policy, write_fake_control
 from tests.server.support import (
     BUNDLED_POLICIES,
+    RunningServer,
     annotated_pod,
+    free_port,
     review,
     running_server,
     share_counting_policies,
@@ -50,6 +60,7 @@ from tests.server.support import (
 from webhook.constants import SHARE_RESOURCE
 from webhook.policy_store import PolicyStore
 from webhook.server.app import create_app
+from webhook.server.async_worker import METRICS_MAX_CONNECTIONS
 from webhook.server.metrics import AdmissionMetrics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,7 +87,8 @@ def promql_binary() -> Path:
     version = subprocess.run([go, "version"], capture_output=True, check=True).stdout
     digest = hashlib.sha256(version)
     for path in sorted(PROMQL_SOURCE.iterdir()):
-        digest.update(path.name.encode() + path.read_bytes())
+        if path.is_file():  # the Go files, go.mod, go.sum (rules/ holds test data)
+            digest.update(path.name.encode() + path.read_bytes())
     target = PROMQL_CACHE / digest.hexdigest()[:16] / "promql"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -161,17 +173,26 @@ def sample_types(exposition: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def webhook_exposition(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The webhook's scrape after admitting one pod under a policy that counts shares (the
-    showback counter has no series before it counts one)."""
+def webhook_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """The webhook (two workers) with its plain-HTTP metrics port, after admitting one pod
+    under a policy that counts shares (the showback counter has no series before it counts
+    one)."""
     directory = tmp_path_factory.mktemp("webhook")
     policies = share_counting_policies(directory / "policies")
-    with running_server(directory, "--policies", str(policies)) as server:
+    metrics_port = free_port()
+    with running_server(
+        directory, "--policies", str(policies), "--metrics-port", str(metrics_port)
+    ) as server:
+        server.extra["metrics_port"] = metrics_port
         status, _ = server.json("POST", "/mutate", review(annotated_pod("0.5")))
         assert status == 200
-        status, body = server.request("GET", "/metrics")
-        assert status == 200
-        yield body.decode()
+        yield server
+
+
+@pytest.fixture(scope="module")
+def webhook_exposition(webhook_server: RunningServer) -> str:
+    """The webhook's scrape as Prometheus takes it: from the metrics port."""
+    return http_get(f"http://127.0.0.1:{webhook_server.extra['metrics_port']}/metrics")
 
 
 @pytest.fixture(scope="module")
@@ -239,6 +260,21 @@ KUBE_STATE_METRICS = {
     "kube_pod_container_resource_requests": "gauge",
     "kube_pod_status_phase": "gauge",
     "kube_resourcequota": "gauge",
+    # GpushareMpsDaemonMetricsAbsent: the MPS DaemonSet's pods by node (pod-metrics.md).
+    "kube_pod_info": "gauge",
+}
+# The kube-apiserver's own metrics of its webhook calls, which the gpushare-apiserver alerts
+# read: k8s.io/apiserver v0.37.2 pkg/admission/metrics/metrics.go (its CounterVecs take no
+# _total suffix: the names are as written there). tests/e2e/test_monitoring_objects.py reads
+# them, with the labels the alerts match on, off the harness's real kube-apiserver.
+APISERVER_METRICS = {
+    "apiserver_admission_webhook_request_total": "counter",
+    "apiserver_admission_webhook_rejection_count": "counter",
+    "apiserver_admission_webhook_fail_open_count": "counter",
+    **{
+        f"apiserver_admission_webhook_admission_duration_seconds{suffix}": "histogram"
+        for suffix in ("_bucket", "_sum", "_count")
+    },
 }
 KSM_SHARE_RESOURCE = re.sub(r"[^a-zA-Z0-9_]", "_", SHARE_RESOURCE)
 QUOTA_SHARE_RESOURCE = f"requests.{SHARE_RESOURCE}"
@@ -246,7 +282,12 @@ QUOTA_SHARE_RESOURCE = f"requests.{SHARE_RESOURCE}"
 
 @pytest.fixture(scope="module")
 def exported(webhook_exposition: str, mps_exposition: str) -> dict[str, str]:
-    return sample_types(webhook_exposition) | sample_types(mps_exposition) | KUBE_STATE_METRICS
+    return (
+        sample_types(webhook_exposition)
+        | sample_types(mps_exposition)
+        | KUBE_STATE_METRICS
+        | APISERVER_METRICS
+    )
 
 
 @pytest.fixture(scope="module")
@@ -329,6 +370,89 @@ def test_the_webhook_counts_admitted_shares_across_its_workers(webhook_expositio
     ]
     assert sample.labels == {"namespace": "ml", "policy": "default"}
     assert sample.value == 500.0
+
+
+# -- The metrics port: plain HTTP, /metrics alone -----------------------------------------------
+
+METRICS_PORT_ADMISSIONS = 24
+METRICS_PORT_SCRAPES = 8
+
+
+def admissions_counted(exposition: str) -> float:
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(exposition)
+        for sample in family.samples
+        if sample.name == "gpushare_admission_requests_total"
+        and sample.labels["endpoint"] == "mutate"
+    )
+
+
+@pytest.mark.server
+def test_the_metrics_port_serves_the_counts_of_every_worker(
+    webhook_server: RunningServer, webhook_exposition: str
+) -> None:
+    """Admissions on connections of their own, which the kernel hands to either worker's
+    listener (reuse_port): every scrape of the metrics port, on a connection of its own and
+    so answered by either worker, counts all of them, as /metrics on the admission port does.
+    A scrape of one worker's counts would fall short: all 24 going to one of the two workers
+    has a chance of 2 in 2**24."""
+    url = f"http://127.0.0.1:{webhook_server.extra['metrics_port']}/metrics"
+    before = admissions_counted(http_get(url))
+    assert before == admissions_counted(webhook_exposition) >= 1
+    for _ in range(METRICS_PORT_ADMISSIONS):
+        status, _ = webhook_server.json(
+            "POST", "/mutate", review(annotated_pod("0.5"), namespace="merged")
+        )
+        assert status == 200
+    expected = before + METRICS_PORT_ADMISSIONS
+    assert [admissions_counted(http_get(url)) for _ in range(METRICS_PORT_SCRAPES)] == [
+        expected
+    ] * METRICS_PORT_SCRAPES
+    status, body = webhook_server.request("GET", "/metrics")  # kept on the admission port
+    assert status == 200 and admissions_counted(body.decode()) == expected
+
+
+@pytest.mark.server
+def test_the_metrics_port_answers_while_clients_hold_connections(
+    webhook_server: RunningServer,
+) -> None:
+    """Clients that connect and send nothing, or half a request, more of them than both
+    workers' metrics connections together: a scrape is still answered at once (the oldest
+    held connection makes room), and so is the admission port."""
+    port = webhook_server.extra["metrics_port"]
+    held: list[socket.socket] = []
+    try:
+        for index in range(2 * METRICS_MAX_CONNECTIONS + 8):
+            connection = socket.create_connection(("127.0.0.1", port), timeout=5)
+            held.append(connection)
+            if index % 2:
+                connection.sendall(b"GET /metrics HTTP/1.1\r\nHost: scraper\r\n")
+        started = time.monotonic()
+        body = http_get(f"http://127.0.0.1:{port}/metrics")
+        assert time.monotonic() - started < 2.0
+        assert admissions_counted(body) >= 1
+        assert webhook_server.request("GET", "/readyz")[0] == 200
+    finally:
+        for connection in held:
+            connection.close()
+
+
+@pytest.mark.server
+def test_the_metrics_port_serves_nothing_but_metrics(webhook_server: RunningServer) -> None:
+    """No admission or status path over plain HTTP: the apiserver's port stays the TLS one."""
+    port = webhook_server.extra["metrics_port"]
+    for method, path in (("POST", "/mutate"), ("POST", "/validate"), ("GET", "/readyz")):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        try:
+            body = json.dumps(review(annotated_pod("0.5"))).encode()
+            connection.request(method, path, body=body if method == "POST" else None)
+            response = connection.getresponse()
+            answer = json.loads(response.read())
+        finally:
+            connection.close()
+        assert response.status == 404, (method, path)
+        assert "serves /metrics only on this port" in answer["response"]["status"]["message"]
 
 
 # -- The showback panels ---------------------------------------------------------------------
@@ -430,6 +554,8 @@ def test_a_first_load_that_failed_reads_as_an_unsuccessful_reload(tmp_path: Path
 # -- The PrometheusRule ----------------------------------------------------------------------
 
 DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+# Where the alerts' runbook_url point (the chart's monitoring.prometheusRule.runbookBaseURL).
+RUNBOOK_BASE = "https://github.com/gpushare/gpushare/blob/main/docs/monitoring.md"
 SEVERITIES = {"critical", "warning", "info"}
 
 
@@ -461,11 +587,14 @@ def test_the_prometheusrule_is_well_formed() -> None:
             assert "for" not in alert or DURATION.match(alert["for"]), name
             assert alert["labels"]["severity"] in SEVERITIES, name
             annotations = alert["annotations"]
-            assert {"summary", "description", "runbook"} <= set(annotations), name
+            assert {"summary", "description", "runbook", "runbook_url"} <= set(annotations)
             assert all(str(text).strip() for text in annotations.values()), name
             # The runbook names its section of docs/monitoring.md, and that section exists.
             anchor = re.search(r"docs/monitoring\.md#([\w-]+)", annotations["runbook"])
             assert anchor and anchor.group(1) in known_anchors, (name, anchor)
+            # runbook_url, as Alertmanager's receivers link it: the same section.
+            assert annotations["runbook_url"] == f"{RUNBOOK_BASE}#{anchor.group(1)}", name
+            assert anchor.group(1) == name.lower(), name
 
 
 ISSUE_TOPICS = {
@@ -545,3 +674,85 @@ def test_the_kustomization_lists_the_files_here() -> None:
         assert document["kind"] == "PodMonitor"
         (endpoint,) = document["spec"]["podMetricsEndpoints"]
         assert endpoint["path"] == "/metrics"
+
+
+# -- The alerts evaluated by Prometheus's rule manager ------------------------------------------
+
+RULE_TESTS = PROMQL_SOURCE / "rules"
+
+
+@pytest.fixture(scope="module")
+def rule_test_results() -> list[dict[str, Any]]:
+    """tests/promql/rules/*.yaml (promtool's `test rules` format: recorded series, eval times,
+    expected alerts) run by `promql test-rules` on Prometheus's own rule manager."""
+    files = sorted(str(path) for path in RULE_TESTS.glob("*.yaml"))
+    assert files, f"no rule tests in {RULE_TESTS}"
+    result = subprocess.run(
+        [str(promql_binary()), "test-rules", *files], capture_output=True, text=True,
+        timeout=120, check=True,
+    )  # fmt: skip
+    results: list[dict[str, Any]] = json.loads(result.stdout)
+    return results
+
+
+def test_the_alert_rule_tests_pass(rule_test_results: list[dict[str, Any]]) -> None:
+    failures = {
+        f"{Path(result['file']).name}: {test['name']}": test["errors"]
+        for result in rule_test_results
+        for test in result["tests"]
+        if test["errors"]
+    }
+    assert [r["error"] for r in rule_test_results if r.get("error")] == []
+    assert failures == {}
+
+
+def test_every_alert_has_a_test_that_fires_it(rule_test_results: list[dict[str, Any]]) -> None:
+    fired = {name for r in rule_test_results for test in r["tests"] for name in test["fired"]}
+    assert {rule["alert"] for rule in alert_rules()} - fired == set()
+
+
+def test_a_healthy_cluster_fires_no_alert(rule_test_results: list[dict[str, Any]]) -> None:
+    """At no evaluation of two healthy hours, not only at the eval times the file checks."""
+    (healthy,) = [r for r in rule_test_results if Path(r["file"]).name == "healthy.yaml"]
+    assert [(test["name"], test["fired"]) for test in healthy["tests"]] == [
+        ("a healthy cluster fires nothing", [])
+    ]
+
+
+def test_the_rule_tests_read_the_repository_rules() -> None:
+    for path in sorted(RULE_TESTS.glob("*.yaml")):
+        unit = yaml.safe_load(path.read_text())
+        assert [(path.parent / f).resolve() for f in unit["rule_files"]] == [RULES], path
+
+
+def test_a_failing_expectation_fails(tmp_path: Path) -> None:
+    """The runner compares: an alert expected but not firing, and unknown keys, are errors."""
+    unit = {
+        "rule_files": [str(RULES)],
+        "tests": [
+            {
+                "name": "wrong",
+                "interval": "1m",
+                "input_series": [{"series": 'gpushare_policies_loaded{pod="a"}', "values": "1x20"}],
+                "alert_rule_test": [
+                    {
+                        "eval_time": "15m",
+                        "alertname": "GpushareWebhookMetricsAbsent",
+                        "exp_alerts": [{"exp_labels": {"severity": "critical"}}],
+                    }
+                ],
+            }
+        ],
+    }
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text(yaml.safe_dump(unit))
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text(yaml.safe_dump({**unit, "tests": [{**unit["tests"][0], "typo": 1}]}))
+    result = subprocess.run(
+        [str(promql_binary()), "test-rules", str(wrong), str(unknown)], capture_output=True,
+        text=True, timeout=60, check=True,
+    )  # fmt: skip
+    first, second = json.loads(result.stdout)
+    (test,) = first["tests"]
+    assert "expected but not firing" in test["errors"][0]
+    assert "field typo not found" in second["error"]

@@ -8,6 +8,7 @@ warnings only with ``-v``).
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -28,7 +29,8 @@ def test_the_license_is_an_spdx_expression_not_a_table_or_classifier() -> None:
     assert "setuptools>=77" in PYPROJECT["build-system"]["requires"][0]
 
 
-def test_building_the_metadata_prints_no_warning(tmp_path: Path) -> None:
+def built_metadata(tmp_path: Path) -> tuple[str, str]:
+    """The METADATA the build backend writes for an editable install, and what it said."""
     import setuptools
 
     major = int(setuptools.__version__.split(".")[0])
@@ -48,7 +50,26 @@ def test_building_the_metadata_prints_no_warning(tmp_path: Path) -> None:
         cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
-    said = run.stdout + run.stderr
-    assert "Warning" not in said and "Deprecat" not in said, said
     metadata = (out / run.stdout.strip().splitlines()[-1] / "METADATA").read_text()
+    return metadata, run.stdout + run.stderr
+
+
+def test_building_the_metadata_prints_no_warning(tmp_path: Path) -> None:
+    metadata, said = built_metadata(tmp_path)
+    assert "Warning" not in said and "Deprecat" not in said, said
     assert "License-Expression: Apache-2.0" in metadata
+
+
+def test_the_kubernetes_client_is_the_cluster_extra_alone(tmp_path: Path) -> None:
+    """The admission service never talks to the API: `pip install gpushare` leaves the
+    client (126 MB) out; `gpushare[cluster]` brings it for the commands that do
+    (tests/test_cluster_extra.py), and the dev extra, which the tests install, includes it."""
+    optional = PYPROJECT["project"]["optional-dependencies"]
+    assert not [d for d in PYPROJECT["project"]["dependencies"] if "kubernetes" in d]
+    assert optional["cluster"] == ["kubernetes>=30"]
+    assert "gpushare[plots,cluster]" in optional["dev"]
+    metadata, _ = built_metadata(tmp_path)
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    client = [line for line in requires if re.match(r"Requires-Dist: kubernetes\b(?!-)", line)]
+    assert client == ['Requires-Dist: kubernetes>=30; extra == "cluster"'], requires
+    assert "Provides-Extra: cluster" in metadata.splitlines()

@@ -381,9 +381,10 @@ def test_the_example_policy_loads_and_its_templates_print(
     [
         (["dra-templates"], "name the namespaces with --namespace NS, or use --apply"),
         (["dra-templates", "--watch", "-n", "a"], "--watch needs --apply"),
+        (["dra-templates", "--apply", "--listen", ":9402"], "--listen needs --watch"),
         (
-            ["dra-templates", "--apply", "--watch", "-n", "a"],
-            "--watch keeps every namespace; leave out --namespace",
+            ["dra-templates", "--apply", "--watch", "--listen", "9402"],
+            "--listen '9402' is not HOST:PORT (e.g. 0.0.0.0:9402)",
         ),
     ],
 )

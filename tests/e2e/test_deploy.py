@@ -50,8 +50,13 @@ KUSTOMIZATIONS = (
     "overlays/cert-manager",
     "mps-daemon",
     "dra-templates",  # applied (server-side dry run) in test_dra.py
+    "dra-templates-namespaced",  # likewise, its Roles for real
     "share-capacity",  # run in tests/e2e/test_share_capacity.py
     "monitoring",  # rendered below; its kinds need the Prometheus Operator's CRDs
+    # Opt-in NetworkPolicies (a component: placeholder CIDR) and the check after applying:
+    # tests/e2e/test_security_posture.py and test_post_install_check.py apply them.
+    "components/networkpolicy",
+    "admission-check",
 )
 # Files the gpushare-certs overlay expects the admin to generate (git-ignored there).
 GENERATED = ("ca.crt", "tls.crt", "tls.key", "webhooks.yaml")
@@ -182,6 +187,7 @@ def gpushare_certs_overlay(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of deploy/ with the overlay's documented steps done in it."""
     root = tmp_path_factory.mktemp("deploy") / "deploy"
     shutil.copytree(DEPLOY / "base", root / "base")
+    shutil.copytree(DEPLOY / "certgen-renew", root / "certgen-renew")
     shutil.copytree(DEPLOY / "overlays/gpushare-certs", root / "overlays/gpushare-certs")
     overlay = root / "overlays/gpushare-certs"
     certs = root.parent / "certs"
@@ -221,12 +227,18 @@ def test_gpushare_certs_overlay_is_applied_server_side(
         "service/gpushare",
         "deployment.apps/gpushare",
         "poddisruptionbudget.policy/gpushare",
-        "networkpolicy.networking.k8s.io/gpushare-default-deny",
-        "networkpolicy.networking.k8s.io/gpushare-webhook-from-apiserver",
+        "resourcequota/gpushare-critical-pods",
         "mutatingwebhookconfiguration.admissionregistration.k8s.io/gpushare",
         "validatingadmissionpolicy.admissionregistration.k8s.io/gpushare",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/gpushare",
         "validatingwebhookconfiguration.admissionregistration.k8s.io/gpushare",
+        # deploy/certgen-renew: the renewal CronJob and its RBAC (test_cert_renewal.py).
+        "serviceaccount/gpushare-certgen-renew",
+        "role.rbac.authorization.k8s.io/gpushare-certgen-renew",
+        "rolebinding.rbac.authorization.k8s.io/gpushare-certgen-renew",
+        "clusterrole.rbac.authorization.k8s.io/gpushare-certgen-renew",
+        "clusterrolebinding.rbac.authorization.k8s.io/gpushare-certgen-renew",
+        "cronjob.batch/gpushare-certgen-renew",
     ]
     lines = applied.stdout.splitlines()
     for name in expected:
@@ -241,9 +253,9 @@ def test_gpushare_certs_overlay_is_applied_server_side(
 def test_stored_deployment_is_what_the_issue_asks_for(
     applied: subprocess.CompletedProcess[str], control_plane: ControlPlane
 ) -> None:
-    """3 replicas, no unavailability in rollouts, anti-affinity, readiness on /readyz, a
-    preStop delay, a restricted securityContext, resources; and its env is settings the
-    server accepts, pointing into its mounts."""
+    """3 replicas, no unavailability in rollouts, system-cluster-critical, anti-affinity,
+    readiness on /readyz, a preStop delay, a restricted securityContext, resources; and its
+    env is settings the server accepts, pointing into its mounts."""
     apps = k8s.AppsV1Api(control_plane.api)
     deployment = as_json(
         control_plane.api, apps.read_namespaced_deployment("gpushare", SYSTEM_NAMESPACE)
@@ -253,6 +265,7 @@ def test_stored_deployment_is_what_the_issue_asks_for(
     (container,) = pod["containers"]
     assert spec["replicas"] == 3
     assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    assert pod["priorityClassName"] == "system-cluster-critical"
     assert pod["affinity"]["podAntiAffinity"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["lifecycle"]["preStop"]["sleep"]["seconds"] > 0
@@ -275,6 +288,9 @@ def test_stored_deployment_is_what_the_issue_asks_for(
     )
     port = next(p for p in container["ports"] if p["name"] == "https")
     assert port["containerPort"] == settings.port
+    # /metrics alone over plain HTTP, on the port named for scrapers.
+    metrics = next(p for p in container["ports"] if p["name"] == "metrics")
+    assert metrics["containerPort"] == settings.metrics_port == 9090
 
 
 def test_stored_service_secret_policies_and_webhooks_fit_together(
@@ -300,7 +316,16 @@ def test_stored_service_secret_policies_and_webhooks_fit_together(
         api,
         k8s.PolicyV1Api(api).read_namespaced_pod_disruption_budget("gpushare", SYSTEM_NAMESPACE),
     )
-    assert budget["spec"]["minAvailable"] == 2
+    # One replica at a time, whatever the replica count: never a budget that blocks a drain.
+    assert budget["spec"]["maxUnavailable"] == 1 and "minAvailable" not in budget["spec"]
+    assert budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    # The quota that admits pods of the webhook's PriorityClass where its use is limited.
+    quota = as_json(
+        api, core.read_namespaced_resource_quota("gpushare-critical-pods", SYSTEM_NAMESPACE)
+    )
+    assert quota["spec"]["scopeSelector"]["matchExpressions"] == [
+        {"scopeName": "PriorityClass", "operator": "In", "values": ["system-cluster-critical"]}
+    ]
 
     ca_bundle = base64.b64encode((gpushare_certs_overlay / "ca.crt").read_bytes()).decode()
     for configuration in (

@@ -45,7 +45,8 @@ from webhook.constants import APPLIED_ANNOTATION, FRACTION_ANNOTATION
 from webhook.core import PolicySet, load_policies
 from webhook.core.modes.dra import CLAIM_NAME, namespace_templates
 from webhook.core.policy.loader import load_policy_texts
-from webhook.dra.reconciler import TemplateApi, TemplateReconciler, run
+from webhook.dra import ReconcilerStatus
+from webhook.dra.reconciler import TemplateApi, TemplateApiError, TemplateReconciler, run
 
 DRIVER = "gpu.nvidia.com"
 DEVICE_CLASS = "gpu.nvidia.com"
@@ -369,10 +370,11 @@ def test_reconciler_keeps_the_templates_where_dra_policies_govern(
 
     # Running: a namespace created later gets its templates from the namespace watch.
     stop = threading.Event()
+    status = ReconcilerStatus()
     loop = threading.Thread(
         target=run,
         args=(reconciler, lambda: policies, stop),
-        kwargs={"watch_s": 5},
+        kwargs={"watch_s": 5, "status": status},
         daemon=True,
     )
     loop.start()
@@ -387,6 +389,14 @@ def test_reconciler_keeps_the_templates_where_dra_policies_govern(
         )
         # The first full pass put the 16Gi set back in the namespace edited above too.
         assert template_names(api_client, governed) == sixteens
+        # What the probes and metrics report of it (webhook/dra/status.py).
+        assert status.ready()[0] and status.alive()[0]
+        new = status.registry.get_sample_value(
+            "gpushare_dra_reconciles_total", {"scope": "namespace", "outcome": "ok"}
+        )
+        assert new is not None and new >= 1
+        created = status.registry.get_sample_value("gpushare_dra_templates_created_total")
+        assert created is not None and created >= 5 + 4  # the new namespace, the 16Gi put back
     finally:
         stop.set()
         loop.join(timeout=30)
@@ -510,5 +520,92 @@ def test_the_reconciler_deployment_applies_and_its_rbac_is_enough_and_no_more(
         with pytest.raises(ApiException) as refused:
             k8s.CoreV1Api(as_account).list_namespaced_secret(namespace)
         assert refused.value.status == 403
+    finally:
+        as_account.close()  # type: ignore[no-untyped-call]
+
+
+TEAM_NAMESPACES = ("gpu-dra-team-a", "gpu-dra-team-b")  # deploy/dra-templates-namespaced's
+
+
+def test_the_namespaced_overlay_confines_the_reconciler_to_its_namespaces(
+    control_plane: ControlPlane, api_client: k8s.ApiClient, core_v1: k8s.CoreV1Api
+) -> None:
+    """kubectl apply -k deploy/dra-templates-namespaced: the reconciler without its
+    ClusterRole, a Role in each namespace of its list, and --namespace naming them. A pass
+    as its ServiceAccount over that list applies the templates there; another namespace a
+    policy governs, and the namespace list, are refused."""
+    for namespace in ("gpushare-system", *TEAM_NAMESPACES):
+        ensure_namespace(core_v1, namespace)
+    rendered = control_plane.kubectl(
+        "kustomize", str(REPO / "deploy/dra-templates-namespaced")
+    ).stdout
+    documents = [d for d in yaml.safe_load_all(rendered) if d]
+    assert sorted((d["kind"], d["metadata"].get("namespace", "")) for d in documents) == [
+        ("Deployment", "gpushare-system"),
+        ("Role", "gpu-dra-team-a"),
+        ("Role", "gpu-dra-team-b"),
+        ("RoleBinding", "gpu-dra-team-a"),
+        ("RoleBinding", "gpu-dra-team-b"),
+        ("ServiceAccount", "gpushare-system"),
+    ]
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][-1] == "--namespace=" + ",".join(TEAM_NAMESPACES)
+    control_plane.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
+    rbac = [d for d in documents if d["kind"] != "Deployment"]
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(rbac))
+    # The cluster-wide binding of deploy/dra-templates (applied by the test above) would
+    # grant what this one must not: gone, as the overlay replaces it.
+    control_plane.kubectl(
+        "delete", "clusterrolebinding", "gpushare-dra-templates", "--ignore-not-found"
+    )
+
+    other = unique_name("dra-rec")
+    core_v1.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=other)))
+    policies = load_policy_texts(
+        [
+            (
+                "teams.yaml",
+                f"""
+apiVersion: gpushare.io/v1alpha1
+kind: GpuSharingPolicy
+metadata: {{name: teams}}
+spec:
+  match: {{namespaces: [{", ".join((*TEAM_NAMESPACES, other))}]}}
+  mode: dra
+  gpuMemory: 80Gi
+  fraction: {{min: 0.5, max: 1}}
+  dra: {{granularity: 40Gi}}
+""",
+            )
+        ]
+    )
+    account = "system:serviceaccount:gpushare-system:gpushare-dra-templates"
+    as_account = control_plane.api_client()
+    try:
+        as_account.set_default_header("Impersonate-User", account)
+        api = TemplateApi(as_account)
+        fixed = TemplateReconciler(api, namespace_templates, namespaces=TEAM_NAMESPACES)
+
+        def confined() -> bool | None:  # RBAC changes take a moment to be in force
+            done, result = fixed.reconcile_all(policies)
+            outside = TemplateReconciler(api, namespace_templates).reconcile_namespace(
+                policies, other
+            )
+            if done != set(TEAM_NAMESPACES) or result.errors or not outside.errors:
+                return None
+            assert "HTTP 403" in outside.errors[0], outside.errors
+            return True
+
+        wait_for("a pass confined to the Roles' namespaces", confined, timeout=30.0, interval=0.5)
+        for namespace in TEAM_NAMESPACES:
+            assert template_names(api_client, namespace) == {
+                "gpushare-teams-40gi",
+                "gpushare-teams-80gi",
+            }
+        assert template_names(api_client, other) == set()
+        with pytest.raises(TemplateApiError) as listing:
+            api.namespaces()
+        assert listing.value.status == 403
     finally:
         as_account.close()  # type: ignore[no-untyped-call]

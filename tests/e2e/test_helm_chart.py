@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import socket
 import ssl
 import subprocess
@@ -208,7 +209,9 @@ def test_helm_install_certgen_and_the_webhook_answering_through_the_chart(
     hooks = [
         d
         for d in rendered
-        if d["kind"] != "Job" and "helm.sh/hook" in d["metadata"].get("annotations", {})
+        # Not the Jobs, nor the admission check's `helm test` pod: their commands run below.
+        if d["kind"] not in ("Job", "Pod")
+        and "helm.sh/hook" in d["metadata"].get("annotations", {})
     ]
     assert {d["kind"] for d in hooks} == {
         "ServiceAccount",
@@ -248,12 +251,12 @@ def test_helm_install_certgen_and_the_webhook_answering_through_the_chart(
         ("Deployment", RELEASE),
         ("Service", RELEASE),
         ("PodDisruptionBudget", RELEASE),
+        ("ResourceQuota", f"{RELEASE}-critical-pods"),
         ("ConfigMap", f"{RELEASE}-policies"),
         ("MutatingWebhookConfiguration", RELEASE),
         ("ValidatingAdmissionPolicy", RELEASE),
         ("ValidatingAdmissionPolicyBinding", RELEASE),
         ("ValidatingWebhookConfiguration", RELEASE),
-        ("NetworkPolicy", f"{RELEASE}-default-deny"),
     } <= stored
     assert ca_bundles(plane) == {"Mutating": {""}, "Validating": {""}}
 
@@ -340,6 +343,21 @@ def test_helm_install_certgen_and_the_webhook_answering_through_the_chart(
             return pod
 
         wait_until("the webhook answering through the chart's Service", mutated)
+        # The post-install admission check, as its hook Job runs it: the Job's command with
+        # its ServiceAccount's token (the chart's Role: create on pods in `default` only).
+        check_job = f"{RELEASE}-admission-check"
+        (check_command,) = [
+            d["spec"]["template"]["spec"]["containers"][0]["command"]
+            for d in rendered
+            if d["kind"] == "Job" and d["metadata"]["name"] == check_job
+        ]
+        assert check_command[:2] == ["gpushare", "check-admission"]
+        as_check = token_kubeconfig(plane, tmp_path / "check.kubeconfig", check_job)
+        checked = run_certgen(check_command[1:], as_check)
+        assert checked.returncode == 0, checked.stderr
+        assert "check-admission: passed: a dry-run pod annotated gpu-fraction 0.5 in " in (
+            checked.stdout
+        )
         admitted = create_pod(plane.api, namespace, annotated_pod("half-a-gpu")).pod
         record = json.loads(admitted["metadata"]["annotations"][APPLIED_ANNOTATION])
         assert record["resource"] == SHARED_RESOURCE
@@ -390,7 +408,16 @@ def normalised(documents_: list[dict[str, Any]]) -> dict[tuple[str, str], dict[s
 
     def strip(value: Any) -> Any:
         if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if k not in HELM_ONLY_LABELS}
+            kept = {k: strip(v) for k, v in value.items() if k not in HELM_ONLY_LABELS}
+            # Helm's hook annotations (the admission check's objects are hooks in the chart).
+            if isinstance(kept.get("annotations"), dict):
+                hooks = {k for k in kept["annotations"] if k.startswith("helm.sh/hook")}
+                kept["annotations"] = {
+                    k: v for k, v in kept["annotations"].items() if k not in hooks
+                }
+                if hooks and not kept["annotations"]:
+                    del kept["annotations"]
+            return kept
         if isinstance(value, list):
             return [strip(v) for v in value]
         return value
@@ -405,18 +432,30 @@ def test_the_kustomize_overlay_and_the_chart_render_the_same_objects(
     mode: the chart's defaults are the base's settings, so every object both render is equal
     once Helm's own labels are set aside. The admission objects are the generator's in both,
     each held to `gpushare webhook-config` on its own (tests/test_helm_render.py for the
-    chart, tests/e2e/test_deploy.py for the overlay), so here they only need to be there."""
-    overlay = REPO / "deploy/overlays/cert-manager"
-    kustomized = normalised(documents(plane.kubectl("kustomize", str(overlay)).stdout))
-    chart = normalised(
-        documents(
-            run_helm(
-                helm,
-                *template_args(RELEASE, NAMESPACE, sets=("certificates.mode=cert-manager",)),
-                home=tmp_path,
-            ).stdout
+    chart, tests/e2e/test_deploy.py for the overlay), so here they only need to be there.
+    The opt-in parts too: the NetworkPolicies (deploy/components/networkpolicy, its
+    placeholder CIDR given to the chart) and the admission check (deploy/admission-check;
+    hooks in the chart, plus its `helm test` pod)."""
+    shutil.copytree(REPO / "deploy", tmp_path / "deploy")
+    overlay = tmp_path / "opted-in"  # beside the copy: kustomize refuses absolute bases
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": ["../deploy/overlays/cert-manager", "../deploy/admission-check"],
+                "components": ["../deploy/components/networkpolicy"],
+            }
         )
     )
+    kustomized = normalised(documents(plane.kubectl("kustomize", str(overlay)).stdout))
+    sets = ("certificates.mode=cert-manager", "networkPolicy.enabled=true")
+    sets += ("networkPolicy.apiserverCIDRs={192.0.2.0/24}",)
+    chart = normalised(
+        documents(
+            run_helm(helm, *template_args(RELEASE, NAMESPACE, sets=sets), home=tmp_path).stdout
+        )
+    )
+    del chart[("Pod", f"{RELEASE}-admission-check-test")]
     # The Namespace: Helm installs into one (--create-namespace); NOTES says how to label it.
     assert set(kustomized) - set(chart) == {("Namespace", NAMESPACE)}
     assert set(chart) == set(kustomized) - {("Namespace", NAMESPACE)}
@@ -427,7 +466,8 @@ def test_the_kustomize_overlay_and_the_chart_render_the_same_objects(
         "ValidatingAdmissionPolicyBinding",
     }
     compared = [key for key in chart if key[0] not in admission]
-    assert len(compared) == 11, compared  # 7 of the base, 4 of cert-manager
+    # 6 of the base, 4 of cert-manager, 2 NetworkPolicies, 4 of the admission check
+    assert len(compared) == 16, compared
     different = [key for key in compared if chart[key] != kustomized[key]]
     assert not different, {key: (kustomized[key], chart[key]) for key in different}
     for key in chart:
@@ -452,6 +492,13 @@ def test_the_mps_daemon_kustomization_and_the_chart_render_the_same_objects(
         "image.repository=gpushare",
         "safetyNet.enabled=false",  # the webhook's half is not compared here
         "webhook.validatingWebhook=pods",
+        # The component's RFC 1918 ranges (the chart's NetworkPolicies are opt-in).
+        "networkPolicy.enabled=true",
+        "networkPolicy.apiserverCIDRs={10.0.0.0/8,172.16.0.0/12,192.168.0.0/16}",
+        # The component's scrapers on 9400: the namespace monitoring's Prometheus pods.
+        "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels"
+        ".kubernetes\\.io/metadata\\.name=monitoring",
+        "networkPolicy.metricsFrom[0].podSelector.matchLabels.app\\.kubernetes\\.io/name=prometheus",
     )
     rendered = run_helm(
         helm,
@@ -481,6 +528,64 @@ def test_the_mps_daemon_kustomization_and_the_chart_render_the_same_objects(
     assert set(chart) == set(kustomized)
     different = [key for key in chart if chart[key] != kustomized[key]]
     assert not different, {key: (kustomized[key], chart[key]) for key in different}
+
+
+def test_the_dra_templates_kustomizations_and_the_chart_render_the_same_objects(
+    helm: Path, plane: ControlPlane, tmp_path: Path
+) -> None:
+    """deploy/dra-templates against the chart's reconciler with a ClusterRole (the dra
+    example's glob), and deploy/dra-templates-namespaced against it over a policy naming the
+    overlay's two namespaces (a Role in each): equal once Helm's labels are set aside."""
+
+    def keyed(documents_: list[dict[str, Any]]) -> dict[tuple[str, str, str], Any]:
+        """By (kind, namespace, name): the Roles share a name across namespaces."""
+        found = {}
+        for document in documents_:
+            (stripped,) = normalised([document]).values()
+            metadata = document["metadata"]
+            found[(document["kind"], metadata.get("namespace", ""), metadata["name"])] = stripped
+        return found
+
+    def chart(policy: Path, *sets: str) -> dict[tuple[str, str, str], Any]:
+        result = run_helm(
+            helm,
+            *template_args(
+                RELEASE,
+                NAMESPACE,
+                sets=(
+                    "draReconciler.enabled=true",
+                    "safetyNet.enabled=false",
+                    "webhook.validatingWebhook=pods",
+                    *sets,
+                ),
+            ),
+            "--set-file",
+            f"policies.files.dra\\.yaml={policy}",
+            home=tmp_path,
+        )
+        assert result.returncode == 0, result.stderr
+        ours = [
+            d for d in documents(result.stdout) if d["metadata"]["name"].endswith("dra-templates")
+        ]
+        return keyed(ours)
+
+    example = REPO / "policies/examples/dra.yaml"
+    kustomized = keyed(
+        documents(plane.kubectl("kustomize", str(REPO / "deploy/dra-templates")).stdout)
+    )
+    assert {k[0] for k in kustomized} == {
+        "ClusterRole", "ClusterRoleBinding", "Deployment", "ServiceAccount",
+    }  # fmt: skip
+    assert chart(example) == kustomized
+    named = tmp_path / "named.yaml"
+    named.write_text(
+        example.read_text().replace('["gpu-dra-*"]', "[gpu-dra-team-a, gpu-dra-team-b]")
+    )
+    overlay = keyed(
+        documents(plane.kubectl("kustomize", str(REPO / "deploy/dra-templates-namespaced")).stdout)
+    )
+    assert {k[0] for k in overlay} == {"Deployment", "Role", "RoleBinding", "ServiceAccount"}
+    assert chart(named) == overlay
 
 
 # Kinds whose CustomResourceDefinitions come with cert-manager, not with Kubernetes.

@@ -1,14 +1,16 @@
 """deploy/ against the real kube-apiserver: least privilege, network isolation, pod security.
 
 What is checked, and what cannot be here:
-- RBAC. deploy/base and deploy/mps-daemon are rendered (`kubectl kustomize`) and applied
-  server-side for real; then the apiserver's own RBAC authorizer answers, for every
+- RBAC. deploy/base and deploy/mps-daemon, and the opt-in deploy/components/networkpolicy
+  and deploy/admission-check, are rendered (`kubectl kustomize`) and applied server-side
+  for real; then the apiserver's own RBAC authorizer answers, for every
   ServiceAccount of deploy/, SubjectAccessReviews (ACCESS below: what it must be allowed,
   and dangerous rights it must not have) and SelfSubjectRulesReviews under impersonation
   (everything it may do, which must be exactly the needed rules on top of what any
   ServiceAccount gets). deploy/ has no certificate job (`gpushare certs` runs on the admin's
-  machine; the cert-manager overlay uses cert-manager's own controllers): a ServiceAccount
-  or Job appearing in deploy/ without a row in ACCESS fails the tests.
+  machine; the cert-manager overlay uses cert-manager's own controllers); its one Job is the
+  admission check (create on pods in `default`, for its dry run): a ServiceAccount or Job
+  appearing in deploy/ without a row in ACCESS fails the tests.
 - NetworkPolicy. The objects are accepted and stored, and select the pods and ports they
   should, checked against the stored Deployment, DaemonSet and Service; the kustomize
   patches their comments document render, change what they say, and are accepted. Whether
@@ -45,6 +47,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 WEBHOOK_NS, WEBHOOK_SA = "gpushare-system", "gpushare"
 MPS_NS, MPS_SA = "gpushare-mps", "gpushare-mps-daemon"
+CHECK_SA = "gpushare-admission-check"
 RBAC_GROUP = "rbac.authorization.k8s.io"
 ADMISSION_GROUP = "admissionregistration.k8s.io"
 # What every ServiceAccount may do anyway (discovery, self reviews): the reference the
@@ -69,16 +72,27 @@ def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[
 
 @pytest.fixture(scope="module")
 def rendered(control_plane: ControlPlane) -> dict[str, list[dict[str, Any]]]:
-    return {name: kustomize(control_plane, DEPLOY / name) for name in ("base", "mps-daemon")}
+    """base, mps-daemon, and what an admin opts into: the webhook's NetworkPolicies (a
+    component, rendered on its own) and the admission check."""
+    return {name: kustomize(control_plane, DEPLOY / path) for name, path in RENDERED.items()}
+
+
+RENDERED = {
+    "base": "base",
+    "mps-daemon": "mps-daemon",
+    "networkpolicy": "components/networkpolicy",
+    "admission-check": "admission-check",
+}
 
 
 @pytest.fixture(scope="module")
 def applied(
     control_plane: ControlPlane, rendered: dict[str, list[dict[str, Any]]]
 ) -> dict[str, list[dict[str, Any]]]:
-    """Both kustomizations applied server-side for real, namespaces first so that the
-    namespaced objects find them. Nothing runs them (no kubelet, no controllers)."""
-    docs = [*rendered["base"], *rendered["mps-daemon"]]
+    """The kustomizations applied server-side for real, namespaces first so that the
+    namespaced objects find them. Nothing runs them (no kubelet, no controllers: the
+    admission check's Job is stored and never started)."""
+    docs = [doc for name in RENDERED for doc in rendered[name]]
     for batch in (
         [d for d in docs if d["kind"] == "Namespace"],
         [d for d in docs if d["kind"] != "Namespace"],
@@ -163,6 +177,11 @@ class AccessRow:
     name: str
     rules: frozenset[tuple[str, str, str, str]]
     allowed: tuple[Access, ...]
+    # The one namespace whose Role grants `rules`; None: cluster-wide (a ClusterRole).
+    rules_only_in: str | None = None
+
+    def rules_in(self, namespace: str) -> frozenset[tuple[str, str, str, str]]:
+        return self.rules if self.rules_only_in in (None, namespace) else frozenset()
 
     @property
     def user(self) -> str:
@@ -189,6 +208,15 @@ ACCESS = {
             Access("get", "nodes", name="gpu-node-1"),
             Access("patch", "nodes", name="gpu-node-1"),
         ),
+    ),
+    # The admission check (deploy/admission-check) makes a server-side dry run of a pod in
+    # `default`: create on pods there, which RBAC cannot narrow to dry runs, and nothing else.
+    CHECK_SA: AccessRow(
+        WEBHOOK_NS,
+        CHECK_SA,
+        frozenset({("", "pods", "create", "")}),
+        (Access("create", "pods", namespace="default"),),
+        rules_only_in="default",
     ),
 }
 
@@ -262,12 +290,18 @@ def test_every_service_account_and_workload_in_deploy_has_an_access_row(
     everything = list(
         {
             (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d
-            for d in [*rendered["base"], *rendered["mps-daemon"], *cert_manager]
+            for d in [*(doc for docs in rendered.values() for doc in docs), *cert_manager]
         }.values()
     )
     assert service_accounts(everything) == set(ACCESS)
-    assert not [d for d in everything if d["kind"] in ("Job", "CronJob", "Pod")]
-    for kind, name in (("Deployment", "gpushare"), ("DaemonSet", "gpushare-mps-daemon")):
+    # The one Job: the admission check an admin runs after applying.
+    jobs = [d for d in everything if d["kind"] in ("Job", "CronJob", "Pod")]
+    assert [(d["kind"], d["metadata"]["name"]) for d in jobs] == [("Job", CHECK_SA)]
+    for kind, name in (
+        ("Deployment", "gpushare"),
+        ("DaemonSet", "gpushare-mps-daemon"),
+        ("Job", CHECK_SA),
+    ):
         workload = one(everything, kind, name)
         pod = workload["spec"]["template"]["spec"]
         row = ACCESS[pod["serviceAccountName"]]
@@ -290,7 +324,8 @@ def test_access_reviews_allow_exactly_what_is_needed(
     for namespace in sorted({row.namespace, WEBHOOK_NS, MPS_NS, "default", "kube-system"}):
         rules, urls = rules_of(control_plane, row.user, namespace)
         base_rules, base_urls = rules_of(control_plane, BASELINE_USER, namespace)
-        assert rules - base_rules == row.rules, f"{row.user} in namespace {namespace}"
+        expected = row.rules_in(namespace)
+        assert rules - base_rules == expected, f"{row.user} in namespace {namespace}"
         assert urls == base_urls, f"{row.user}: non-resource URLs beyond any account's"
 
 
@@ -321,7 +356,11 @@ def test_bindings_name_each_service_account_only_as_deploy_says(
                     naming[account].append(
                         f"{binding['roleRef']['name']} via {where}{meta['name']}"
                     )
-    assert naming == {WEBHOOK_SA: [], MPS_SA: [f"{MPS_SA} via {MPS_SA}"]}
+    assert naming == {
+        WEBHOOK_SA: [],
+        MPS_SA: [f"{MPS_SA} via {MPS_SA}"],
+        CHECK_SA: [f"{CHECK_SA} via default/{CHECK_SA}"],
+    }
 
     core = k8s.CoreV1Api(control_plane.api)
     webhook_sa = as_json(
@@ -426,7 +465,7 @@ def test_webhook_pods_take_only_port_8443_from_the_apiservers_addresses_and_send
         "gpushare-webhook-from-apiserver",
     ]
     # The deny-all isolates the webhook's pods only: the chart's certgen Jobs share the
-    # namespace and must reach the apiserver (deploy/base/networkpolicy.yaml says why).
+    # namespace and must reach the apiserver (components/networkpolicy says why).
     assert view(policies, {}).policies == []
 
     pods = view(policies, template["metadata"]["labels"])
@@ -452,15 +491,25 @@ def test_mps_daemon_pods_take_nothing_and_reach_only_the_apiserver(
     assert not template["spec"].get("hostNetwork"), "NetworkPolicy skips hostNetwork pods"
 
     policies = stored_policies(control_plane, MPS_NS)
-    assert sorted(p["metadata"]["name"] for p in policies) == [
+    names = [
+        "gpushare-mps-daemon-metrics",
         "gpushare-mps-daemon-to-apiserver",
         "gpushare-mps-default-deny",
     ]
+    assert sorted(p["metadata"]["name"] for p in policies) == names
     pods = view(policies, template["metadata"]["labels"])
-    assert pods.policies == ["gpushare-mps-daemon-to-apiserver", "gpushare-mps-default-deny"]
+    assert pods.policies == names
     assert pods.ingress_isolated and pods.egress_isolated
-    # Port 9400 serves the kubelet's probes (node-local, always allowed) and /metrics.
-    assert pods.ingress == []
+    # Port 9400 serves the kubelet's probes (node-local, always allowed) and /metrics, which
+    # only Prometheus's pods of the namespace monitoring reach (deploy/monitoring scrapes it).
+    (scrape,) = pods.ingress
+    assert scrape["ports"] == [{"protocol": "TCP", "port": 9400}]
+    assert scrape["from"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+        }
+    ]
     (rule,) = pods.egress
     assert rule["ports"] == [
         {"protocol": "TCP", "port": 443},
@@ -485,7 +534,7 @@ def documented_patches(path: Path) -> list[list[dict[str, Any]]]:
 
 
 PATCHED = {
-    "base": DEPLOY / "base/networkpolicy.yaml",
+    "networkpolicy": DEPLOY / "components/networkpolicy/networkpolicy.yaml",
     "mps-daemon": DEPLOY / "mps-daemon/network-policy/networkpolicy.yaml",
 }
 
@@ -512,8 +561,11 @@ def test_documented_network_policy_patches_render_and_are_accepted(
     for index, patches in enumerate(examples):
         overlay = deploy_copy / f"overlay-{kustomization}-{index}"
         overlay.mkdir()
+        # A component is taken in under `components:` (alone it renders its own objects).
+        path = RENDERED[kustomization]
+        field = "components" if path.startswith("components/") else "resources"
         (overlay / "kustomization.yaml").write_text(
-            yaml.safe_dump({"resources": [f"../deploy/{kustomization}"], "patches": patches})
+            yaml.safe_dump({field: [f"../deploy/{path}"], "patches": patches})
         )
         patched = kustomize(control_plane, overlay)
 

@@ -9,11 +9,16 @@ an error under `failurePolicy: Fail` (the request is rejected) and is skipped un
 ordinary pods away from the webhook, so an outage never blocks them.
 
 What really happens under Ignore, measured here: the annotated pod is admitted exactly as
-written: no GPU resource, no node selector, no limits; the annotation alone does nothing.
-That is why gpushare's default is Fail, made safe by matchConditions. With the mutating
-webhook failing open, the safety net (the ValidatingAdmissionPolicy evaluated inside the
-apiserver, which no outage of the webhook takes down) or the opt-in validating webhook, if
-up, refuses the unmutated annotated pod, so nothing runs without its limits. The tests of
+written: no GPU resource, no node selector, no limits; the annotation alone does nothing
+(the pod gets no GPU at all). That is why gpushare's default is Fail, made safe by
+matchConditions. The safety net (the ValidatingAdmissionPolicy evaluated inside the
+apiserver, which no outage of the webhook takes down) follows the failure policy it is
+printed with: printed with Fail it refuses an annotated pod the webhook never mutated
+(tests/e2e/test_safety_net_policy.py); printed with Ignore, as `--failure-policy Ignore`
+prints it, it lets that pod through, so Ignore really fails open, and still refuses a pod
+asking for the shared resource by hand, annotated or not: Ignore excuses the webhook's
+absence, not a share taken without gpushare's limits. The opt-in pod validating webhook, when
+it answers while the mutating call did not, still refuses the unmutated pod. The tests of
 what Ignore alone does register the webhooks without the safety net
 (`--validating-webhook pods --no-safety-net-policy`).
 """
@@ -40,9 +45,7 @@ from harness.registration import (
     Probe,
     denied_by_safety_net,
 )
-from webhook.constants import (
-    APPLIED_ANNOTATION,
-)
+from webhook.constants import APPLIED_ANNOTATION, FRACTION_ANNOTATION
 
 # The webhooks alone, as before the safety net: the pod validating webhook, no policy.
 WEBHOOKS_ONLY = ("--validating-webhook", "pods", "--no-safety-net-policy")
@@ -156,32 +159,80 @@ def test_down_with_ignore_admits_annotated_pods_unmutated(
     assert failed_open(control_plane, VALIDATING_WEBHOOK, dead)
 
 
-@pytest.mark.parametrize("checker", ["safety net", "validating webhook"])
-def test_mutating_down_with_ignore_is_caught_after_mutation(
-    webhook: GpushareWebhook, namespace: str, checker: str
+def test_down_with_ignore_and_its_safety_net_admits_annotated_pods_unmutated(
+    webhook: GpushareWebhook, control_plane: ControlPlane, namespace: str
 ) -> None:
-    """Mutating webhook unreachable (Ignore): the pod is refused all the same, by the
-    safety-net policy (the default) or by the opt-in validating webhook, if up.
-
-    Either finds no gpushare.io/applied record on the annotated pod and denies it saying the
-    pod was never mutated: a failed-open mutation never yields a GPU pod without its limits.
-    """
+    """Everything `webhook-config --failure-policy Ignore` prints, the webhook unreachable:
+    the annotated pod is admitted as written, and the safety net printed with Ignore does not
+    refuse it for being unmutated. Asking for the shared resource by hand is refused all the
+    same, without the annotation or with it: the webhook's absence excuses no hand ask."""
     dead = f"https://127.0.0.1:{closed_port()}"
-    extra = () if checker == "safety net" else WEBHOOKS_ONLY
-    documents = webhook.configuration("--failure-policy", "Ignore", *extra, url=dead)
-    live = webhook.configuration(*extra)
+    documents = webhook.configuration("--failure-policy", "Ignore", url=dead)
+    (policy,) = [d for d in documents if d["kind"] == "ValidatingAdmissionPolicy"]
+    assert policy["spec"]["failurePolicy"] == "Ignore"
+    webhook.swap(
+        documents,
+        lambda p: (
+            p.annotated == "admitted"
+            and denied_by_safety_net(p.direct)
+            and failed_open(control_plane, MUTATING_WEBHOOK, dead)
+        ),
+        "the dead registration (Ignore) and its safety net to be in force",
+    )
+    pod = annotated_pod("annotated")
+
+    admitted = create_pod(webhook.api, namespace, pod)
+
+    assert unmutated(admitted.pod, pod)
+    assert APPLIED_ANNOTATION not in admitted.pod["metadata"]["annotations"]
+    assert admitted.warnings == []
+
+    shared = {SHARED_RESOURCE: "1"}
+    by_hand = plain_pod("by-hand", resources={"requests": shared, "limits": shared})
+    with pytest.raises(ApiException) as caught:
+        create_pod(webhook.api, namespace, by_hand)
+    assert caught.value.status == 403
+    assert status_message(caught.value).endswith(
+        SAFETY_NET_DENIAL + f"container 'main' asks for {SHARED_RESOURCE} directly, which "
+        "policy 'default' does not allow: remove it and annotate the pod with "
+        f'{FRACTION_ANNOTATION}: "0.5" (or the share you need) instead.'
+    )
+
+    annotated_by_hand = annotated_pod(
+        "annotated-by-hand", resources={"requests": shared, "limits": shared}
+    )
+    with pytest.raises(ApiException) as caught:
+        create_pod(webhook.api, namespace, annotated_by_hand)
+    assert caught.value.status == 403
+    assert status_message(caught.value).endswith(
+        SAFETY_NET_DENIAL + f"container 'main' asks for {SHARED_RESOURCE} directly, which "
+        "policy 'default' does not allow, and gpushare's mutating webhook did not mutate this "
+        "pod (failurePolicy Ignore admits a pod as written, not a share asked for by hand): "
+        "remove it; the pod's annotation asks for the share."
+    )
+    stored = as_json(webhook.api, k8s.CoreV1Api(webhook.api).list_namespaced_pod(namespace))
+    assert [p["metadata"]["name"] for p in stored["items"]] == ["annotated"]
+    assert webhook.server.admissions(namespace) == []
+
+
+def test_mutating_down_with_ignore_is_refused_by_the_pod_validating_webhook_if_up(
+    webhook: GpushareWebhook, namespace: str
+) -> None:
+    """Mutating webhook unreachable (Ignore), the opt-in pod validating webhook answering
+    (`--validating-webhook pods`, printed with Fail): it finds no gpushare.io/applied record
+    on the annotated pod and refuses it as never mutated. Ignore on the mutating webhook
+    alone does not fail open past a validating webhook that is up."""
+    dead = f"https://127.0.0.1:{closed_port()}"
+    documents = webhook.configuration("--failure-policy", "Ignore", *WEBHOOKS_ONLY, url=dead)
+    live = webhook.configuration(*WEBHOOKS_ONLY)
     mutating = [d for d in documents if d["kind"] == "MutatingWebhookConfiguration"]
     others = [d for d in live if d["kind"] != "MutatingWebhookConfiguration"]
-    denied_by = (
-        SAFETY_NET_DENIAL
-        if checker == "safety net"
-        else f'admission webhook "{VALIDATING_WEBHOOK}" denied the request: '
-    )
+    denied_by = f'admission webhook "{VALIDATING_WEBHOOK}" denied the request: '
     webhook.swap(
         [*mutating, *others],
         lambda p: p.annotated.startswith("rejected: ") and denied_by in p.annotated,
-        f"the dead mutating webhook (Ignore) next to the live {checker}",
-        drop_safety_net=checker != "safety net",
+        "the dead mutating webhook (Ignore) next to the live validating webhook",
+        drop_safety_net=True,
     )
 
     with pytest.raises(ApiException) as caught:
@@ -191,7 +242,7 @@ def test_mutating_down_with_ignore_is_caught_after_mutation(
     assert denied_by + "This pod asks for a GPU share but was never mutated by gpushare" in message
     assert caught.value.status == 403
     decisions = [(e["endpoint"], e["decision"]) for e in webhook.server.admissions(namespace)]
-    assert decisions == ([] if checker == "safety net" else [("validate", "denied")])
+    assert decisions == [("validate", "denied")]
 
 
 # -- slow -----------------------------------------------------------------------------------

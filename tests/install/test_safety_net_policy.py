@@ -208,6 +208,32 @@ def test_webhook_config_prints_the_policy_and_binding_in_a_stable_order(
     assert printed(ca_file, "--policies", str(REPO / "policies"), capsys=capsys) == documents
 
 
+def test_under_ignore_the_policy_lets_unmutated_pods_through_but_not_hand_asks(
+    ca_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--failure-policy Ignore: the apiserver admits an annotated pod unmutated while the
+    webhook does not answer, and the net printed with it no longer refuses it for that; the
+    rest of the checks are those printed for Fail. (The CEL runs in the real apiserver in
+    tests/e2e/test_webhook_failure.py.)"""
+    policies = ("--policies", str(REPO / "policies"))
+    fail = printed(ca_file, *policies, capsys=capsys)[1]["spec"]
+    ignore = printed(ca_file, *policies, "--failure-policy", "Ignore", capsys=capsys)[1]["spec"]
+
+    assert (fail["failurePolicy"], ignore["failurePolicy"]) == ("Fail", "Ignore")
+    assert "was never mutated by gpushare" in fail["validations"][0]["message"]
+    assert fail["validations"][1:] != ignore["validations"]
+    assert [v["message"] for v in fail["validations"][1:]] == [
+        v["message"] for v in ignore["validations"]
+    ]
+    assert not [v for v in ignore["validations"] if "never mutated" in v["message"]]
+    # The hand-ask check reads annotated pods too, but for mutated ones and KAI's.
+    (hand,) = [v for v in ignore["variables"] if v["name"] == "handAsking"]
+    assert "'kai-scheduler'" in hand["expression"]
+    assert "did not mutate this pod" in ignore["validations"][0]["messageExpression"]
+    assert ignore["matchConstraints"] == fail["matchConstraints"]
+    assert ignore["matchConditions"] != fail["matchConditions"]
+
+
 def test_the_pod_validating_webhook_is_opt_in(
     ca_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

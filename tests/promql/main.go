@@ -1,7 +1,9 @@
 // Command promql reads a JSON array of PromQL expressions on stdin and prints, for each, the
-// metric names its selectors name, or the parse error, as Prometheus's own parser reads it
-// (github.com/prometheus/prometheus/promql/parser). tests/test_monitoring.py runs it on the
-// dashboard's targets and the alerts' expressions.
+// metric names its selectors name and their label matchers, or the parse error, as
+// Prometheus's own parser reads it (github.com/prometheus/prometheus/promql/parser).
+// tests/test_monitoring.py runs it on the dashboard's targets and the alerts' expressions.
+//
+// `promql test-rules FILE...` runs unit tests of alerting rules instead (rules.go).
 package main
 
 import (
@@ -18,10 +20,25 @@ import (
 // Result is what one expression selects: metric names, and for each the functions applied
 // directly to its range (rate, increase...), so the caller can check counters get rates.
 type Result struct {
-	Expr     string              `json:"expr"`
-	Names    []string            `json:"names"`
-	RangedBy map[string][]string `json:"rangedBy"`
-	Error    string              `json:"error,omitempty"`
+	Expr      string              `json:"expr"`
+	Names     []string            `json:"names"`
+	RangedBy  map[string][]string `json:"rangedBy"`
+	Selectors []Selector          `json:"selectors"`
+	Error     string              `json:"error,omitempty"`
+}
+
+// Selector is one vector selector: its metric name and its other label matchers, so the
+// caller can check them against the labels a real scrape carries.
+type Selector struct {
+	Name     string    `json:"name"`
+	Matchers []Matcher `json:"matchers"`
+}
+
+// Matcher is a label matcher as written: label, operator (=, !=, =~, !~) and value.
+type Matcher struct {
+	Label string `json:"label"`
+	Type  string `json:"type"`
+	Value string `json:"value"`
 }
 
 func selectorName(vs *parser.VectorSelector) string {
@@ -37,7 +54,9 @@ func selectorName(vs *parser.VectorSelector) string {
 }
 
 func analyse(promql parser.Parser, expression string) Result {
-	result := Result{Expr: expression, Names: []string{}, RangedBy: map[string][]string{}}
+	result := Result{
+		Expr: expression, Names: []string{}, RangedBy: map[string][]string{}, Selectors: []Selector{},
+	}
 	expr, err := promql.ParseExpr(expression)
 	if err != nil {
 		result.Error = err.Error()
@@ -47,10 +66,18 @@ func analyse(promql parser.Parser, expression string) Result {
 	parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
 		switch n := node.(type) {
 		case *parser.VectorSelector:
-			if name := selectorName(n); name != "" && !seen[name] {
+			name := selectorName(n)
+			if name != "" && !seen[name] {
 				seen[name] = true
 				result.Names = append(result.Names, name)
 			}
+			selector := Selector{Name: name, Matchers: []Matcher{}}
+			for _, m := range n.LabelMatchers {
+				if m.Name != labels.MetricName {
+					selector.Matchers = append(selector.Matchers, Matcher{m.Name, m.Type.String(), m.Value})
+				}
+			}
+			result.Selectors = append(result.Selectors, selector)
 		case *parser.Call:
 			for _, arg := range n.Args {
 				if ms, ok := arg.(*parser.MatrixSelector); ok {
@@ -68,6 +95,9 @@ func analyse(promql parser.Parser, expression string) Result {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "test-rules" {
+		os.Exit(testRules(os.Args[2:]))
+	}
 	input, err := io.ReadAll(io.LimitReader(os.Stdin, 16<<20))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "promql: reading stdin:", err)

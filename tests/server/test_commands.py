@@ -109,6 +109,14 @@ def test_settings_errors_name_the_variable() -> None:
         ServeSettings.from_environ({**base, "GPUSHARE_LOOP_ANSWER_MAX_BYTES": "-1"})
     every_request_to_a_thread = {**base, "GPUSHARE_LOOP_ANSWER_MAX_BYTES": "0"}
     assert ServeSettings.from_environ(every_request_to_a_thread).loop_answer_max_bytes == 0
+    # The metrics port: 0 (the default) is none; never the admission port.
+    metrics = ServeSettings.from_environ({**base, "GPUSHARE_METRICS_PORT": "9090"})
+    assert (metrics.metrics_port, metrics.metrics_bind) == (9090, "127.0.0.1:9090")
+    assert ServeSettings.from_environ(base).metrics_bind is None
+    with pytest.raises(SettingsError, match="GPUSHARE_METRICS_PORT=8443 is the admission port"):
+        ServeSettings.from_environ({**base, "GPUSHARE_METRICS_PORT": "8443"})
+    with pytest.raises(SettingsError, match="GPUSHARE_METRICS_PORT='-1' must be 0 or"):
+        ServeSettings.from_environ({**base, "GPUSHARE_METRICS_PORT": "-1"})
 
 
 def test_serve_flags_reach_the_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,8 +4,9 @@ Printed (``--namespace NS``, repeatable): one YAML document per template, for Gi
 repositories or ``kubectl apply -f -``. Kept (``--apply``): server-side applied to the
 cluster, in the given namespaces or every namespace, once, or for as long as the process
 runs with ``--watch`` (the reconciler of ``webhook.dra``, polling the policy files like the
-webhook does, through ``webhook.policy_store``). Parsing and wiring only; the work is in the
-modules called.
+webhook does, through ``webhook.policy_store``, with its probes and metrics on ``--listen``).
+Applying needs the Kubernetes client (``gpushare[cluster]``), imported only then; printing
+does not. Parsing and wiring only; the work is in the modules called.
 """
 
 from __future__ import annotations
@@ -17,18 +18,20 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import yaml
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
+from webhook.cli.cluster_client import api_client, require_cluster_client
 from webhook.cli.command_tree import Commands
 from webhook.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from webhook.cli.options import add_kubeconfig_option, add_policies_option
 from webhook.core import PolicySet, default_policies_path, load_policies, namespace_templates
-from webhook.dra import PassResult, TemplateApi, TemplateReconciler, run
 from webhook.errors import GpushareError
 from webhook.policy_store import PolicyStore
+
+if TYPE_CHECKING:
+    from webhook.dra import ReconcilerStatus, TemplateReconciler
 
 
 def add_dra_command(subparsers: Commands) -> None:
@@ -42,7 +45,9 @@ def add_dra_command(subparsers: Commands) -> None:
             "print them for the namespaces given with --namespace. With --apply, "
             "server-side apply them (and delete gpushare's templates no policy wants) in "
             "those namespaces, or in all namespaces; with --watch, keep doing so as "
-            "namespaces appear and the policy files change, until SIGTERM."
+            "namespaces appear (all namespaces) or every few seconds (the --namespace list, "
+            "which needs no access to other namespaces or to the namespace list) and as "
+            "the policy files change, until SIGTERM."
         ),
     )
     add_policies_option(command)
@@ -63,6 +68,12 @@ def add_dra_command(subparsers: Commands) -> None:
         action="store_true",
         help="with --apply: keep reconciling until SIGTERM (the in-cluster Deployment)",
     )
+    command.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="with --watch: serve /healthz, /readyz and /metrics here (the Deployment: "
+        "0.0.0.0:9402; default: not served)",
+    )
     add_kubeconfig_option(command, when="with --apply: ")
     command.add_argument(
         "--resync",
@@ -79,8 +90,8 @@ def run_dra_templates(args: argparse.Namespace) -> int:
     namespaces = [n for n in (args.namespace or "").split(",") if n]
     if args.watch and not args.apply:
         args.parser.error("--watch needs --apply")
-    if args.watch and namespaces:
-        args.parser.error("--watch keeps every namespace; leave out --namespace")
+    if args.listen is not None and not args.watch:
+        args.parser.error("--listen needs --watch")
     if not args.apply and not namespaces:
         args.parser.error("name the namespaces with --namespace NS, or use --apply")
     if args.resync <= 0:
@@ -89,17 +100,31 @@ def run_dra_templates(args: argparse.Namespace) -> int:
     if not args.apply:
         _print_templates(load_policies(path), namespaces)
         return EXIT_OK
-    reconciler = TemplateReconciler(TemplateApi(_api_client(args.kubeconfig)), namespace_templates)
+    require_cluster_client("gpushare dra-templates --apply")
+    from webhook.dra import ReconcilerStatus, TemplateApi, TemplateReconciler, parse_listen
+
+    listen = None
+    if args.listen is not None:
+        try:
+            listen = parse_listen(args.listen)
+        except ValueError as exc:
+            args.parser.error(f"--listen {exc}")
+    status = ReconcilerStatus()
+    reconciler = TemplateReconciler(
+        TemplateApi(api_client(args.kubeconfig, "dra-templates")),
+        namespace_templates,
+        namespaces=tuple(dict.fromkeys(namespaces)) or None,
+        progress=status.tick,
+    )
     if args.watch:
-        return _watch(reconciler, path, args.resync)
-    policies = load_policies(path)
-    result = PassResult()
-    if namespaces:
-        for namespace in namespaces:
-            result.add(reconciler.reconcile_namespace(policies, namespace))
-    else:
-        result = reconciler.reconcile_all(policies)[1]
-    for line in [*result.applied]:
+        return _watch(reconciler, path, args.resync, status, listen)
+    return _once(reconciler, load_policies(path))
+
+
+def _once(reconciler: TemplateReconciler, policies: PolicySet) -> int:
+    """One pass, what it did printed."""
+    result = reconciler.reconcile_all(policies)[1]
+    for line in result.applied:
         print(f"applied {line}")
     for line in result.deleted:
         print(f"deleted {line}")
@@ -120,27 +145,23 @@ def _print_templates(policies: PolicySet, namespaces: list[str]) -> None:
         sys.stdout.write(yaml.safe_dump_all(documents, sort_keys=False, width=4096))
 
 
-def _api_client(kubeconfig: Path | None) -> k8s.ApiClient:
-    try:
-        if kubeconfig is not None:
-            client: k8s.ApiClient = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
-                config_file=str(kubeconfig), persist_config=False
-            )
-            return client
-        k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
-        return k8s.ApiClient()
-    except (k8s_config.ConfigException, OSError) as exc:
-        where = str(kubeconfig) if kubeconfig else "the in-cluster service account"
-        raise GpushareError(
-            f"cannot configure a Kubernetes client from {where}: {exc}. Run in the cluster "
-            "(with the dra-templates ServiceAccount) or pass --kubeconfig."
-        ) from exc
+def _watch(
+    reconciler: TemplateReconciler,
+    path: Path,
+    resync_s: float,
+    status: ReconcilerStatus,
+    listen: tuple[str, int] | None,
+) -> int:
+    """Reconcile until SIGTERM, serving the probes and metrics on ``listen`` meanwhile."""
+    from webhook.dra import StatusServer, run
 
-
-def _watch(reconciler: TemplateReconciler, path: Path, resync_s: float) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     store = PolicyStore.loaded(path)
     stop = threading.Event()
+    try:
+        server = StatusServer(*listen, status) if listen is not None else None
+    except OSError as exc:
+        raise GpushareError(f"cannot serve the probes on {listen}: {exc}") from exc
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:
         logging.getLogger("gpushare.dra").info("%s: stopping", signal.Signals(signum).name)
@@ -153,5 +174,15 @@ def _watch(reconciler: TemplateReconciler, path: Path, resync_s: float) -> int:
         store.refresh()
         return store.policies
 
-    run(reconciler, current, stop, resync_s=resync_s)
+    if server is not None:
+        server.start()
+        host, port = server.address
+        logging.getLogger("gpushare.dra").info(
+            "serving /healthz, /readyz and /metrics on %s:%d", host, port
+        )
+    try:
+        run(reconciler, current, stop, resync_s=resync_s, status=status)
+    finally:
+        if server is not None:
+            server.stop()
     return EXIT_OK

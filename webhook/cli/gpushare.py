@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from webhook.cli.check_command import add_check_command
 from webhook.cli.command_tree import Command
 from webhook.cli.compile_command import add_compile_command
 from webhook.cli.dra_command import add_dra_command
@@ -33,7 +34,8 @@ def build_command_tree() -> Command:
         prog="gpushare",
         description=(
             "Turn a gpu-fraction or gpu-memory annotation into what the cluster's GPU sharing "
-            "needs: the admission webhook (serve), its installation (certs, webhook-config), "
+            "needs: the admission webhook (serve), its installation (certs, webhook-config, "
+            "check-admission), "
             "the node side (device-plugin-config, mps-daemon) and offline tools for manifests "
             "and policies (mutate, explain, policy), and what a workload mix needs under each "
             "scheme (plan). `gpushare COMMAND --help` for each."
@@ -51,6 +53,7 @@ def build_command_tree() -> Command:
     add_plan_command(commands)
     add_serve_command(commands)
     add_install_commands(commands)
+    add_check_command(commands)
     add_node_commands(commands)
     add_dra_command(commands)
     add_share_capacity_command(commands)

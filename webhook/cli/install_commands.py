@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from webhook.cli.cluster_client import require_cluster_client
 from webhook.cli.command_tree import Arguments, Commands
 from webhook.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from webhook.cli.options import (
@@ -32,13 +33,10 @@ from webhook.install import (
     VALIDATING_WEBHOOK_CHOICES,
     VALIDATION_ACTIONS,
     CertificateError,
-    CertSettings,
-    ClusterCertificates,
     ServiceTarget,
     UrlTarget,
     WebhookSettings,
     admission_configurations,
-    connect_to_cluster,
     parse_ip_addresses,
     quota_objects,
     render_yaml,
@@ -78,12 +76,13 @@ def _add_certs(subparsers: Commands) -> None:
 
 
 def _add_in_cluster_arguments(parser: Arguments) -> None:
-    """The Helm chart's certgen Jobs (webhook.install.cluster_certs)."""
+    """The Helm chart's certgen Jobs and renewal CronJob (webhook.install.cluster_certs)."""
     cluster = parser.add_argument_group(
-        "in the cluster (the Helm chart's certgen Jobs)",
+        "in the cluster (the Helm chart's certgen Jobs and renewal CronJob)",
         "Keep the certificate in a kubernetes.io/tls Secret instead of files: create it, "
         "keep it while valid, renew it near expiry, and write its CA into the caBundle of "
-        "the webhook configurations. Idempotent; run it on every install and upgrade.",
+        "the webhook configurations. Idempotent; run it on every install and upgrade, and "
+        "on a schedule (the CronJob) so that it renews without either.",
     )
     cluster.add_argument(
         "--in-cluster", action="store_true", help="write the Secret through the Kubernetes API"
@@ -98,6 +97,11 @@ def _add_in_cluster_arguments(parser: Arguments) -> None:
         "--missing-ok",
         action="store_true",
         help="no configuration of that name yet is fine (before the chart installs them)",
+    )
+    cluster.add_argument(
+        "--renew-only",
+        action="store_true",
+        help="renew an existing Secret, never create one (the chart's renewal CronJob)",
     )
     cluster.add_argument(
         "--renew-before-days",
@@ -152,6 +156,9 @@ def run_cluster_certs(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    require_cluster_client("gpushare certs --in-cluster")
+    from webhook.install import CertSettings, ClusterCertificates, connect_to_cluster
+
     names = list(dict.fromkeys([*service_dns_names(args.service, args.namespace), *args.dns]))
     settings = CertSettings(
         namespace=args.namespace,
@@ -162,6 +169,7 @@ def run_cluster_certs(args: argparse.Namespace) -> int:
         valid_days=args.days,
         renew_before=dt.timedelta(days=args.renew_before_days),
         missing_ok=args.missing_ok,
+        renew_only=args.renew_only,
     )
     try:
         api = connect_to_cluster(args.kubeconfig)
@@ -209,8 +217,9 @@ def _add_webhook_config(subparsers: Commands) -> None:
         choices=FAILURE_POLICIES,
         default="Fail",
         help="what the apiserver does with an annotated pod while the webhook cannot answer: "
-        "Fail refuses it, Ignore goes on unmutated (then the safety-net policy refuses it as "
-        "never mutated; without that policy it is admitted as written) (default Fail)",
+        "Fail refuses it; Ignore admits it as written, unmutated and so without a GPU (the "
+        "safety-net policy printed with it lets it through, but still refuses a share asked "
+        "for by hand; the pod validating webhook, if it answers, refuses it) (default Fail)",
     )
     parser.add_argument(
         "--timeout", type=int, default=DEFAULT_TIMEOUT_SECONDS, help="seconds, 1-30"

@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from webhook.cli.cluster_client import require_cluster_client
 from webhook.cli.command_tree import Arguments, Commands
 from webhook.cli.exit_codes import EXIT_OK, EXIT_USAGE
 from webhook.cli.options import (
@@ -131,6 +132,7 @@ def _add_daemon_timing_flags(parser: Arguments) -> None:
 
 def run_mps_daemon(args: argparse.Namespace, nvml: Nvml | None = None) -> int:
     """Entry point of ``gpushare mps-daemon``; ``nvml`` replaces the real NVML in tests."""
+    require_cluster_client("gpushare mps-daemon")
     options = LauncherOptions(
         policies=args.policies,
         node_name=args.node_name,

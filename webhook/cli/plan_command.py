@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from webhook.cli.cluster_client import require_cluster_client
 from webhook.cli.command_tree import Arguments, Commands
 from webhook.cli.exit_codes import EXIT_OK
 from webhook.cli.options import (
@@ -44,6 +45,7 @@ def read_input(args: argparse.Namespace, policies: PolicySet) -> PlanInput:
     if args.csv:
         return PlanInput(read_table(args.csv, args.namespace))
     if args.cluster:
+        require_cluster_client("gpushare plan --cluster")
         return read_cluster(
             str(args.kubeconfig) if args.kubeconfig else None,
             args.context,

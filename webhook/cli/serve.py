@@ -201,6 +201,9 @@ def startup_message(prepared: Prepared, addresses: Sequence[HostAddress] | None 
         "requests finish first",
         "gpushare: point an apiserver at it with:",
     ]
+    if settings.metrics_bind:
+        metrics = f"http://{settings.metrics_bind}/metrics"
+        lines.insert(1, f"gpushare: metrics over plain HTTP at {metrics}")
     for label, url, note in _targets(settings, addresses):
         lines.append(f"  {label}:")
         lines.append(f"    {_config_line(prepared, url)}")

@@ -63,6 +63,13 @@ def add_serve_command(subparsers: Commands) -> None:
             type=positive_int,
             help=f"port to listen on (default {_field_default('port')})",
         ),
+        command.add_argument(
+            "--metrics-port",
+            type=non_negative_int,
+            help="also serve /metrics alone over plain HTTP on this port, for scrapers that "
+            "should not reach the admission port; 0: none, /metrics on the admission port "
+            f"only (default {_field_default('metrics_port')})",
+        ),
         add_policies_option(command),
         *_add_certificate_flags(command),
     ]
@@ -177,6 +184,7 @@ _TUNING_FIELDS = (
     "client_ca",
     "host",
     "port",
+    "metrics_port",
     "workers",
     "threads",
     "policy_poll_seconds",
@@ -216,7 +224,7 @@ def run_serve(args: argparse.Namespace) -> int:
     policies = _path(chosen.pop("policies", None))
     try:
         prepared = prepare(policies, certificates, chosen)
-    except ServeError as error:
+    except (ServeError, SettingsError) as error:
         print(f"gpushare serve: {error}", file=sys.stderr)
         return EXIT_USAGE
     print(startup_message(prepared), flush=True)

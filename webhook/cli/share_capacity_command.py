@@ -13,18 +13,17 @@ import logging
 import signal
 import sys
 import threading
-from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
-
+from webhook.cli.cluster_client import api_client, require_cluster_client
 from webhook.cli.command_tree import Commands
 from webhook.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from webhook.cli.options import add_kubeconfig_option
 from webhook.constants import GFD_COUNT_LABEL, MILLI_GPUS_PER_GPU, SHARE_RESOURCE
-from webhook.errors import GpushareError
-from webhook.quota import KubeNodeApi, ShareCapacity, configure_logging, run
+
+if TYPE_CHECKING:
+    from webhook.quota import ShareCapacity
 
 # After SIGTERM, how long the loop may take to finish the call it is in before the process
 # exits anyway (a watch can wait for its server's timeout; every write is idempotent).
@@ -65,7 +64,10 @@ def add_share_capacity_command(subparsers: Commands) -> None:
 def run_share_capacity(args: argparse.Namespace) -> int:
     if args.resync <= 0:
         args.parser.error(f"--resync {args.resync:g}: give a positive number of seconds")
-    controller = ShareCapacity(KubeNodeApi(_api_client(args.kubeconfig)))
+    require_cluster_client("gpushare share-capacity")
+    from webhook.quota import KubeNodeApi, ShareCapacity, configure_logging
+
+    controller = ShareCapacity(KubeNodeApi(api_client(args.kubeconfig, "share-capacity")))
     if not args.once:
         return _keep(controller, args.resync)
     configure_logging(level=logging.WARNING)  # why a node was skipped, as JSON lines
@@ -80,26 +82,11 @@ def run_share_capacity(args: argparse.Namespace) -> int:
     return EXIT_FAILED if result.errors else EXIT_OK
 
 
-def _api_client(kubeconfig: Path | None) -> k8s.ApiClient:
-    try:
-        if kubeconfig is not None:
-            client: k8s.ApiClient = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
-                config_file=str(kubeconfig), persist_config=False
-            )
-            return client
-        k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
-        return k8s.ApiClient()
-    except (k8s_config.ConfigException, OSError) as exc:
-        where = str(kubeconfig) if kubeconfig else "the in-cluster service account"
-        raise GpushareError(
-            f"cannot configure a Kubernetes client from {where}: {exc}. Run in the cluster "
-            "(with the share-capacity ServiceAccount) or pass --kubeconfig."
-        ) from exc
-
-
 def _keep(controller: ShareCapacity, resync_s: float) -> int:
     """The loop in a thread of its own, so that SIGTERM ends the process within
     STOP_GRACE_S even while a watch waits for its next event."""
+    from webhook.quota import configure_logging, run
+
     configure_logging()
     stop = threading.Event()
 

@@ -11,11 +11,16 @@ the webhook names templates with, so a pod is never sent to a template this woul
 policy files are polled between them) and passes over a namespace when it appears, over all
 when the policies change, and over all again every ``resync_s`` to repair drift (a template
 deleted by hand). Failures are logged and retried on the next pass with a bounded backoff;
-one namespace failing never stops the others.
+one namespace failing never stops the others. Given a fixed list of namespaces instead
+(``TemplateReconciler.namespaces``: where every dra policy names its namespaces exactly), it
+passes over those only and never lists or watches namespaces. It reports every pass and its
+progress to a ``ReconcilerStatus`` (status.py: the probes and metrics).
 
 Every call has a timeout, every list is paged and bounded, and the watch is closed after
-``watch_s``. RBAC (deploy/dra-templates): namespaces get/list/watch; resourceclaimtemplates
-get/list/create/patch/delete in every namespace, nothing else.
+``watch_s``. RBAC (deploy/dra-templates, the chart's dra-reconciler.yaml): namespaces
+get/list/watch and resourceclaimtemplates get/list/create/patch/delete in every namespace;
+with a fixed list, resourceclaimtemplates in those namespaces only (a Role in each), nothing
+else.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from webhook.core import PolicySet
+from webhook.dra.status import FULL, NAMESPACE, ReconcilerStatus
 
 log = logging.getLogger("gpushare.dra")
 
@@ -208,15 +214,18 @@ def _status_message(data: bytes) -> str:
 
 @dataclass
 class PassResult:
-    """What one pass did; ``errors`` has one line per failed namespace or call."""
+    """What one pass did; ``errors`` has one line per failed namespace or call. ``created``
+    are those of ``applied`` that did not exist before."""
 
     applied: list[str] = field(default_factory=list)
+    created: list[str] = field(default_factory=list)
     unchanged: int = 0
     deleted: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     def add(self, other: PassResult) -> None:
         self.applied += other.applied
+        self.created += other.created
         self.unchanged += other.unchanged
         self.deleted += other.deleted
         self.errors += other.errors
@@ -228,12 +237,20 @@ class PassResult:
         )
 
 
+def _nothing() -> None:
+    pass
+
+
 @dataclass
 class TemplateReconciler:
-    """Makes each namespace's managed templates what ``desired`` says."""
+    """Makes each namespace's managed templates what ``desired`` says: in ``namespaces``
+    when given (no namespace is listed or watched then), else in every namespace.
+    ``progress`` is called after every template written (the liveness probe's tick)."""
 
     api: TemplateApi
     desired: DesiredTemplates
+    namespaces: tuple[str, ...] | None = None
+    progress: Callable[[], None] = _nothing
 
     def reconcile_namespace(self, policies: PolicySet, namespace: str) -> PassResult:
         result = PassResult()
@@ -250,23 +267,31 @@ class TemplateReconciler:
                     continue
                 self.api.apply(namespace, manifest)
                 result.applied.append(f"{namespace}/{name}")
+                if name not in existing:
+                    result.created.append(f"{namespace}/{name}")
+                self.progress()
             for name in sorted(set(existing) - set(wanted)):
                 self.api.delete(namespace, name)
                 result.deleted.append(f"{namespace}/{name}")
+                self.progress()
         except TemplateApiError as exc:
             result.errors.append(f"namespace {namespace}: {exc}")
         return result
 
     def reconcile_all(self, policies: PolicySet) -> tuple[set[str], PassResult]:
-        """Pass over every namespace; the names passed over without error, and the result."""
+        """Pass over every namespace (or ``namespaces``); the names passed over without
+        error, and the result."""
         result = PassResult()
         done: set[str] = set()
         try:
-            namespaces = self.api.namespaces()
+            namespaces = (
+                list(self.namespaces) if self.namespaces is not None else self.api.namespaces()
+            )
         except TemplateApiError as exc:
             result.errors.append(str(exc))
             return done, result
         for namespace in namespaces:
+            self.progress()
             one = self.reconcile_namespace(policies, namespace)
             result.add(one)
             if not one.errors:
@@ -289,14 +314,18 @@ def run(
     watch_s: int = 30,
     resync_s: float = 600.0,
     clock: Callable[[], float] = time.monotonic,
+    status: ReconcilerStatus | None = None,
 ) -> None:
     """Reconcile until ``stop`` is set: see the module docstring.
 
     ``current_policies`` returns the set to reconcile with (a PolicyStore refreshes it);
     None while no valid set was ever loaded, in which case nothing is touched. A watch
     opens with an ADDED event for every namespace there is: those already reconciled under
-    the current policies are skipped, so only new namespaces cost a pass.
+    the current policies are skipped, so only new namespaces cost a pass. With fixed
+    ``reconciler.namespaces`` there is no watch: the policy files are polled every
+    ``watch_s`` instead. ``status`` gets every pass and every sign of progress.
     """
+    report = status or ReconcilerStatus()
     backoff = 1.0
     last: PolicySet | None = None
     seen: set[str] = set()
@@ -304,33 +333,56 @@ def run(
 
     def wait() -> None:
         nonlocal backoff
+        report.tick()
         stop.wait(backoff)
         backoff = min(backoff * 2, MAX_BACKOFF_S)
 
     while not stop.is_set():
+        report.tick()
         policies = current_policies()
+        report.policies(policies is not None)
         if policies is None:
             log.warning("dra templates: no valid policies loaded yet; nothing reconciled")
             wait()
             continue
         if policies is not last or clock() >= next_resync:
             namespaces, result = reconciler.reconcile_all(policies)
+            report.record(FULL, result)
             _report("full pass", result)
             if result.errors:
                 wait()
                 continue
             backoff, last, seen, next_resync = 1.0, policies, namespaces, clock() + resync_s
+        if reconciler.namespaces is not None:
+            stop.wait(watch_s)
+            continue
         try:
-            for kind, namespace in reconciler.api.watch_namespaces(watch_s):
-                if stop.is_set() or current_policies() is not last:
-                    break
-                if kind == "DELETED":
-                    seen.discard(namespace)
-                elif kind == "ADDED" and namespace not in seen:
-                    result = reconciler.reconcile_namespace(last, namespace)
-                    _report(f"namespace {namespace}", result)
-                    if not result.errors:
-                        seen.add(namespace)
+            _follow_namespaces(reconciler, policies, seen, current_policies, stop, watch_s, report)
         except TemplateApiError as exc:
             log.warning("dra templates: %s", exc)
             wait()
+
+
+def _follow_namespaces(
+    reconciler: TemplateReconciler,
+    policies: PolicySet,
+    seen: set[str],
+    current_policies: Callable[[], PolicySet | None],
+    stop: threading.Event,
+    watch_s: int,
+    status: ReconcilerStatus,
+) -> None:
+    """One bounded namespace watch: a pass over each namespace not ``seen`` that appears,
+    until the watch ends, ``stop`` is set or the policies change."""
+    for kind, namespace in reconciler.api.watch_namespaces(watch_s):
+        status.tick()
+        if stop.is_set() or current_policies() is not policies:
+            return
+        if kind == "DELETED":
+            seen.discard(namespace)
+        elif kind == "ADDED" and namespace not in seen:
+            result = reconciler.reconcile_namespace(policies, namespace)
+            status.record(NAMESPACE, result)
+            _report(f"namespace {namespace}", result)
+            if not result.errors:
+                seen.add(namespace)

@@ -1,12 +1,25 @@
 """Install tools: the serving certificate and the webhook configurations that register gpushare
-with the apiserver, and the quota objects the policies declare. They read no pods and make no
+with the apiserver, the quota objects the policies declare, and the check after an install
+that the apiserver reaches the webhook (``check-admission``). They read no pods and make no
 admission decision.
 
 This is the package's face: other packages import only the names below. Layout:
-docs/architecture.md.
+docs/architecture.md. The names that talk to the cluster need the Kubernetes client, an
+optional extra (``gpushare[cluster]``): they are imported when first asked for (PEP 562,
+``_NEED_THE_CLIENT``), so the rest of the package works without it.
 """
 
+from typing import TYPE_CHECKING
+
 from webhook.install.admission import admission_configurations
+from webhook.install.admission_check import (
+    CHECK_IMAGE,
+    DEFAULT_CHECK_NAMESPACE,
+    DEFAULT_CHECK_TIMEOUT_SECONDS,
+    AdmissionCheck,
+    CheckResult,
+    run_check,
+)
 from webhook.install.certs import (
     CertificateError,
     CertificateFiles,
@@ -18,7 +31,6 @@ from webhook.install.certs import (
     service_dns_names,
     write_certificates,
 )
-from webhook.install.cluster_certs import CertSettings, ClusterCertificates, connect_to_cluster
 from webhook.install.declared_quotas import quota_objects
 from webhook.install.template_webhooks import webhook_entries
 from webhook.install.validating_policy import DEFAULT_VALIDATION_ACTIONS, VALIDATION_ACTIONS
@@ -33,16 +45,35 @@ from webhook.install.webhook_config import (
     render_yaml,
 )
 
+if TYPE_CHECKING:
+    from webhook.install.cluster_certs import (
+        CertSettings,
+        ClusterCertificates,
+        connect_to_cluster,
+    )
+
+# Name -> the module that defines it, imported (with the Kubernetes client) when first asked.
+_NEED_THE_CLIENT = {
+    "CertSettings": "webhook.install.cluster_certs",
+    "ClusterCertificates": "webhook.install.cluster_certs",
+    "connect_to_cluster": "webhook.install.cluster_certs",
+}
+
 __all__ = [
+    "CHECK_IMAGE",
+    "DEFAULT_CHECK_NAMESPACE",
+    "DEFAULT_CHECK_TIMEOUT_SECONDS",
     "DEFAULT_SHARED_RESOURCES",
     "DEFAULT_TIMEOUT_SECONDS",
     "DEFAULT_VALIDATION_ACTIONS",
     "FAILURE_POLICIES",
     "VALIDATING_WEBHOOK_CHOICES",
     "VALIDATION_ACTIONS",
+    "AdmissionCheck",
     "CertSettings",
     "CertificateError",
     "CertificateFiles",
+    "CheckResult",
     "ClusterCertificates",
     "IPAddress",
     "ServiceTarget",
@@ -56,7 +87,19 @@ __all__ = [
     "parse_ip_addresses",
     "quota_objects",
     "render_yaml",
+    "run_check",
     "service_dns_names",
     "webhook_entries",
     "write_certificates",
 ]
+
+
+def __getattr__(name: str) -> object:
+    module = _NEED_THE_CLIENT.get(name)
+    if module is None:  # a submodule not imported yet, or no such name
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -4,7 +4,8 @@ The one generator of gpushare's admission objects (the Helm chart and deploy/ ta
 here): the MutatingWebhookConfiguration, the safety-net ValidatingAdmissionPolicy and its
 binding (``validating_policy``, built from the policies), and the
 ValidatingWebhookConfiguration (``webhook_config``). The policy shares the webhooks' name,
-namespaceSelector, matchConditions and failurePolicy.
+namespaceSelector, matchConditions and failurePolicy; under failurePolicy Ignore it also lets
+an annotated pod the mutating webhook never mutated through, as Ignore says.
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ from webhook.install.webhook_config import (
 
 
 def safety_net_settings(settings: WebhookSettings) -> SafetyNetSettings:
-    """The safety-net policy's share of the webhook settings: name, filters, failurePolicy."""
+    """The safety-net policy's share of the webhook settings: name, filters, failurePolicy,
+    and whether a pod the mutating webhook never mutated is refused (Fail) or goes on as
+    written (Ignore: otherwise the net would refuse what Ignore admits)."""
     return SafetyNetSettings(
         name=settings.name,
         failure_policy=settings.failure_policy,
+        refuse_unmutated=settings.failure_policy == "Fail",
         namespace_selector=namespace_selector(settings),
         match_conditions=pod_match_conditions(settings),
         validation_actions=settings.validation_actions,

@@ -20,7 +20,9 @@ a JSON-patch ``test`` of the resourceVersion), and a conflict re-reads and decid
 most ``MAX_ATTEMPTS`` times. Every API call has a timeout. The decisions (no I/O) are in
 cluster_cert_checks.py; ``ClusterCertificates`` here is the edge.
 RBAC it needs: get/update on the one Secret, create on Secrets, get/patch on the two
-configurations of one name (the chart's Role and ClusterRole).
+configurations of one name (the chart's Role and ClusterRole). With ``renew_only`` (the
+renewal CronJob, which runs the same decisions on a schedule so that a release nobody
+upgrades renews too) it never creates the Secret, and needs no ``create``.
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ from webhook.install.cluster_cert_checks import (
 
 SECRET_TYPE = "kubernetes.io/tls"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpushare-certs"}
+# The field manager of every write: what a later `kubectl apply --server-side` of other values
+# for the Secret's data or caBundle names as the conflicting manager.
+FIELD_MANAGER = "gpushare-certs"
 JSON_PATCH = "application/json-patch+json"
 # Conflicts (another writer between our read and our write) re-read and decide again.
 MAX_ATTEMPTS = 3
@@ -96,6 +101,9 @@ class CertSettings:
     renew_before: dt.timedelta = dt.timedelta(days=30)
     # Before install the configurations do not exist yet: skip them instead of failing.
     missing_ok: bool = False
+    # The renewal CronJob: renew the Secret that install made, never create one (its RBAC
+    # has no `create` on Secrets; a missing Secret is an error naming who makes it).
+    renew_only: bool = False
 
 
 @dataclass
@@ -155,6 +163,13 @@ class ClusterCertificates:
                 ),
                 missing_ok=True,
             )
+            if secret is None and settings.renew_only:
+                raise ClusterCertificateError(
+                    f"No {where} to renew: --renew-only (the renewal CronJob) never creates "
+                    "it. The chart's certgen hook Job creates it at `helm install` and "
+                    "`helm upgrade`; deploy/overlays/gpushare-certs applies it from "
+                    "`gpushare certs`."
+                )
             data = decode_secret(secret) if secret is not None else None
             verdict = secret_verdict(data, settings.dns_names, self.now(), settings.renew_before)
             if verdict.keep:
@@ -164,24 +179,8 @@ class ClusterCertificates:
                 return kept_ca, None, False
             ca, serving = new_certificates(settings.dns_names, settings.valid_days)
             body = self._secret_body(ca, serving, secret)
-            try:
-                if secret is None:
-                    core.create_namespaced_secret(
-                        settings.namespace, body, _request_timeout=REQUEST_TIMEOUT
-                    )
-                else:
-                    core.replace_namespaced_secret(
-                        settings.secret_name,
-                        settings.namespace,
-                        body,
-                        _request_timeout=REQUEST_TIMEOUT,
-                    )
-            except ApiException as error:
-                if error.status == 409:  # created or changed meanwhile: look again
-                    continue
-                raise self._api_error(f"write {where}", error) from None
-            except HTTPError as error:
-                raise ClusterCertificateError(f"Cannot write {where}: {error}.") from None
+            if not self._write_secret(core, body, secret, where):
+                continue  # created or changed meanwhile: look again
             action = "created" if secret is None else "renewed"
             expires = serving.certificate.not_valid_after_utc
             outcome.lines.append(
@@ -192,6 +191,36 @@ class ClusterCertificates:
             f"{where} kept changing under us ({MAX_ATTEMPTS} attempts); is another certgen "
             "Job running? Run it again once that one has finished."
         )
+
+    def _write_secret(
+        self, core: k8s.CoreV1Api, body: k8s.V1Secret, existing: Any, where: str
+    ) -> bool:
+        """Create the Secret, or replace ``existing`` (the one read); False when another
+        writer came first (409)."""
+        settings = self.settings
+        try:
+            if existing is None:
+                core.create_namespaced_secret(
+                    settings.namespace,
+                    body,
+                    field_manager=FIELD_MANAGER,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+            else:
+                core.replace_namespaced_secret(
+                    settings.secret_name,
+                    settings.namespace,
+                    body,
+                    field_manager=FIELD_MANAGER,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+        except ApiException as error:
+            if error.status == 409:
+                return False
+            raise self._api_error(f"write {where}", error) from None
+        except HTTPError as error:
+            raise ClusterCertificateError(f"Cannot write {where}: {error}.") from None
+        return True
 
     def _secret_body(self, ca: Issued, serving: Issued, existing: Any) -> k8s.V1Secret:
         metadata = k8s.V1ObjectMeta(
@@ -243,6 +272,7 @@ class ClusterCertificates:
                     patch(
                         name,
                         operations,
+                        field_manager=FIELD_MANAGER,
                         _content_type=JSON_PATCH,
                         _request_timeout=REQUEST_TIMEOUT,
                     )

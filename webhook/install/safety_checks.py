@@ -29,14 +29,23 @@ NEVER_MUTATED_MESSAGE = (
     "was unreachable or skipped it. Check that mutate.gpushare.io is up and registered, "
     "then create the pod again."
 )
+# A pod sent to kai-scheduler is KAI's: gpushare leaves it alone (it reads the same
+# annotations), so it is never mutated on purpose.
+KAI_POD = f"object.spec.?schedulerName.orValue('') == {cel_string(KAI_SCHEDULER)}"
 CHANGED_PREFIX = "The GPU-sharing settings injected at admission were changed afterwards"
 CHANGED_SUFFIX = (
     f"; remove the webhook or edit that changes them, or drop the {FRACTION_ANNOTATION} annotation."
 )
 
 
-def variables(facts: PolicyFacts) -> list[dict[str, str]]:
-    """The named CEL values the checks share; long because each is one line of CEL."""
+def variables(facts: PolicyFacts, *, refuse_unmutated: bool = True) -> list[dict[str, str]]:
+    """The named CEL values the checks share; long because each is one line of CEL.
+
+    ``refuse_unmutated`` (failurePolicy Fail): an annotated pod is the mutating webhook's,
+    and ``never-mutated`` refuses it where the webhook did not answer, so the hand-ask check
+    skips it. Without it (failurePolicy Ignore) an annotated pod nobody mutated is admitted
+    as written, so the hand-ask check reads it too: only a mutated pod (the webhook wrote
+    its resources) and one of KAI's (never mutated on purpose) are skipped."""
     annotated = " || ".join(
         f"{cel_string(k)} in variables.annotations" for k in REQUEST_ANNOTATIONS
     )
@@ -47,6 +56,11 @@ def variables(facts: PolicyFacts) -> list[dict[str, str]]:
         "c.resources.requests)))"
     )
     limit = ENV_LIMIT
+    skipped = (
+        "variables.annotated"
+        if refuse_unmutated
+        else f"(variables.annotated && (variables.applied != '' || {KAI_POD}))"
+    )
     pairs = [
         ("podNamespace", "request.namespace"),
         ("annotations", "object.metadata.?annotations.orValue({})"),
@@ -57,7 +71,7 @@ def variables(facts: PolicyFacts) -> list[dict[str, str]]:
         ("deniedResource", f"{denied}[?variables.policy].orValue('')"),
         (
             "handAsking",
-            "variables.annotated || variables.deniedResource == '' ? [] : "
+            f"{skipped} || variables.deniedResource == '' ? [] : "
             f"object.spec.containers.filter(c, {resource_asked}).map(c, c.name) + "
             f"object.spec.?initContainers.orValue([]).filter(c, {resource_asked}).map(c, c.name)",
         ),
@@ -149,32 +163,50 @@ def validations(refused: list[dict[str, str]]) -> list[dict[str, str]]:
     return [_only_when_failing(v) for v in refused]
 
 
-def checks() -> list[dict[str, str]]:
-    """The checks and their messages; long because each is one literal."""
+def _hand_ask_message(refuse_unmutated: bool) -> str:
+    """The hand-ask check's message: for a pod without the annotations, and, where an
+    unmutated annotated pod is admitted (``refuse_unmutated`` off), for one with them."""
+    asks = ["container '", "=variables.handAsking[0]", "' asks for ", "=variables.deniedResource"]
+    plain = concat(
+        *asks,
+        " directly, which policy '",
+        "=variables.policy",
+        "' does not allow: remove it and annotate the pod with "
+        f'{FRACTION_ANNOTATION}: "0.5" (or the share you need) instead.',
+    )
+    if refuse_unmutated:
+        return plain
+    annotated = concat(
+        *asks,
+        " directly, which policy '",
+        "=variables.policy",
+        "' does not allow, and gpushare's mutating webhook did not mutate this pod "
+        "(failurePolicy Ignore admits a pod as written, not a share asked for by hand): "
+        "remove it; the pod's annotation asks for the share.",
+    )
+    return f"variables.annotated ? ({annotated}) : ({plain})"
+
+
+def checks(*, refuse_unmutated: bool = True) -> list[dict[str, str]]:
+    """The checks and their messages; long because each is one literal.
+
+    ``never-mutated`` only with ``refuse_unmutated`` (failurePolicy Fail): under Ignore the
+    apiserver admits an annotated pod unmutated while the webhook does not answer, and the
+    safety net lets it through as written (it asks for no GPU: the annotation alone holds
+    nothing), but for a share it asks for by hand (``variables``)."""
     container = "='/spec/containers/' + string(variables.gpuIndex)"
+    never_mutated = {
+        # The record first: a mutated pod then never evaluates the selection.
+        "expression": "!variables.annotated || variables.applied != '' || "
+        f"variables.policy == '' || {KAI_POD}",
+        "message": NEVER_MUTATED_MESSAGE,
+        "reason": "Forbidden",
+    }
     return [
-        {
-            # A pod sent to kai-scheduler is KAI's: gpushare leaves it alone (it reads the
-            # same annotations), so it is never mutated on purpose.
-            # The record first: a mutated pod then never evaluates the selection.
-            "expression": "!variables.annotated || variables.applied != '' || "
-            "variables.policy == '' || "
-            f"object.spec.?schedulerName.orValue('') == {cel_string(KAI_SCHEDULER)}",
-            "message": NEVER_MUTATED_MESSAGE,
-            "reason": "Forbidden",
-        },
+        *([never_mutated] if refuse_unmutated else []),
         {
             "expression": "size(variables.handAsking) == 0",
-            "messageExpression": concat(
-                "container '",
-                "=variables.handAsking[0]",
-                "' asks for ",
-                "=variables.deniedResource",
-                " directly, which policy '",
-                "=variables.policy",
-                "' does not allow: remove it and annotate the pod with "
-                f'{FRACTION_ANNOTATION}: "0.5" (or the share you need) instead.',
-            ),
+            "messageExpression": _hand_ask_message(refuse_unmutated),
             "message": "A container asks for the shared GPU resource directly, which the "
             f"policy does not allow: annotate the pod with {FRACTION_ANNOTATION} instead.",
             "reason": "Forbidden",

@@ -5,11 +5,16 @@ that re-checks pods after every mutator, in place of a second webhook call. It c
 checks of the validating webhook (``webhook.core.verdict.validate``) that CEL can express,
 with the webhook's messages:
 
-- ``never-mutated``: a pod carrying ``gpu-fraction``/``gpu-memory`` in a namespace some
-  policy governs, without the ``gpushare.io/applied`` record (the mutating webhook was
-  down under failurePolicy Ignore, or skipped it).
-- ``direct-request``: a pod without the annotations whose governing policy denies asking
-  for its shared resource by hand, with a container or init container asking for it.
+- ``never-mutated``, under failurePolicy Fail only: a pod carrying
+  ``gpu-fraction``/``gpu-memory`` in a namespace some policy governs, without the
+  ``gpushare.io/applied`` record (the webhook skipped it, or was registered apart from this
+  policy). Under Ignore the admin chose that a pod goes on unmutated while the webhook does
+  not answer, so the net does not refuse it for that (``SafetyNetSettings.refuse_unmutated``
+  follows ``--failure-policy``): it asks for no GPU, the annotation alone holds nothing.
+- ``direct-request``: a pod without the annotations (under Ignore: or with them, unmutated)
+  whose governing policy denies asking for its shared resource by hand, with a container or
+  init container asking for it. Ignore excuses the webhook's absence, not a share taken by
+  hand without the limits gpushare would have set.
 - ``record-container``, ``record-resources``, ``record-node-selector``, ``record-limits``:
   a mutated pod whose settings were changed afterwards, as far as the record and the
   policies say: the record's container still exists and still asks for the record's
@@ -74,6 +79,9 @@ class SafetyNetSettings:
     match_conditions: Sequence[Mapping[str, str]]
     validation_actions: tuple[str, ...] = DEFAULT_VALIDATION_ACTIONS
     labels: Mapping[str, str] = field(default_factory=dict)
+    # Refuse an annotated pod the mutating webhook never mutated (failurePolicy Fail); off,
+    # it goes on as written, as failurePolicy Ignore says (``safety_checks.checks``).
+    refuse_unmutated: bool = True
 
 
 # -- The objects ----------------------------------------------------------------------------
@@ -81,7 +89,9 @@ class SafetyNetSettings:
 
 def validating_policy(settings: SafetyNetSettings, facts: PolicyFacts) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy: pods, CREATE, the webhooks' filters, the checks."""
-    named, refused = variables(facts), checks()
+    unmutated = settings.refuse_unmutated
+    named = variables(facts, refuse_unmutated=unmutated)
+    refused = checks(refuse_unmutated=unmutated)
     metadata: dict[str, Any] = {"name": settings.name, "labels": dict(settings.labels)}
     metadata["annotations"] = {VERSIONS_ANNOTATION: ",".join(facts.versions)}
     return {

@@ -27,7 +27,7 @@ from webhook.node.mps_control import (
     daemon_defaults,
     resolve_binary,
 )
-from webhook.node.node_api import KubernetesNodeApi, NodeApi
+from webhook.node.node_api import NodeApi
 from webhook.node.nvml import GpuDevice, Nvml, PynvmlNvml, discover_gpus
 from webhook.node.pools import PoolRef, find_daemon_pool
 from webhook.node.status_server import LauncherMetrics, StatusServer
@@ -121,6 +121,9 @@ def _prepare(options: LauncherOptions, nvml: Nvml) -> tuple[MpsSupervisor, Statu
         ref = find_daemon_pool(policies, pool_name=options.pool, node_config_label=None)
     binary = resolve_binary(options.mps_control)
     gpus = discover_gpus(nvml)
+    # The Kubernetes client (the extra gpushare[cluster]) only now, when the launcher starts.
+    from webhook.node.kube_node_api import KubernetesNodeApi
+
     node: NodeApi = KubernetesNodeApi.connect(options.node_name, options.kubeconfig)
     if ref is None:
         label = node.read_labels().get(DEVICE_PLUGIN_CONFIG_LABEL)

@@ -11,7 +11,8 @@ one method reads the whole request path top to bottom. ``/healthz`` says the pro
 answers; ``/readyz`` says it should get traffic (policies loaded, certificate valid) and
 shows why not; ``/metrics`` is the Prometheus exposition of all workers. Another path is a
 404, another method a 405, both as AdmissionReview errors, so an apiserver pointed at the
-wrong path still reads the reason.
+wrong path still reads the reason. ``metrics_app`` is the same ``/metrics`` alone, for the
+plain-HTTP metrics port (``GPUSHARE_METRICS_PORT``), where nothing else may be reached.
 """
 
 from __future__ import annotations
@@ -58,8 +59,11 @@ def _error_answer(status: int, message: str) -> HttpAnswer:
 class WebhookApp:
     """The WSGI callable gunicorn serves: ``routes[path][method]`` answers each request."""
 
-    def __init__(self, routes: dict[str, dict[str, Route]]) -> None:
+    def __init__(
+        self, routes: dict[str, dict[str, Route]], serves: str = "/mutate and /validate"
+    ) -> None:
         self.routes = routes
+        self.serves = serves
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         answer = self.answer(environ)
@@ -73,9 +77,7 @@ class WebhookApp:
         path, method = environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD", "")
         methods = self.routes.get(path)
         if methods is None:
-            return _error_answer(
-                404, f"No such path {path!r}: the webhook serves /mutate and /validate."
-            )
+            return _error_answer(404, f"No such path {path!r}: the webhook serves {self.serves}.")
         route = methods.get(method) or (methods.get("GET") if method == "HEAD" else None)
         if route is None:
             allowed = ", ".join(sorted(methods))
@@ -155,6 +157,12 @@ def _status_routes(
         "/readyz": {"GET": readyz},
         "/metrics": {"GET": metrics_view},
     }
+
+
+def metrics_app(app: WebhookApp) -> WebhookApp:
+    """``app``'s ``/metrics`` alone: what the plain-HTTP metrics port answers (the admission
+    and status paths stay on the TLS port)."""
+    return WebhookApp({"/metrics": app.routes["/metrics"]}, serves="/metrics only on this port")
 
 
 def create_app_from_settings(settings: ServeSettings) -> WebhookApp:

@@ -13,7 +13,10 @@ runs gunicorn directly serve identically. What matters here:
   connection from ``tls.ServingCertificate``, which enforces TLS 1.2+ and follows
   certificate files replaced on disk, so new connections get a new certificate without a
   restart.
-- ``on_starting`` refuses to start where another server listens on the port
+- ``bind`` holds the admission address and, with ``GPUSHARE_METRICS_PORT``, the metrics
+  address: every worker gets a listener of its own on both, and serves the second over plain
+  HTTP with ``/metrics`` alone (``async_worker``), under the same bounds as the first.
+- ``on_starting`` refuses to start where another server listens on either port
   (``port_guard``).
 - Logs are JSON lines on stderr (``webhook.json_logging``); the admission lines go through
   ``batched_log.BatchedLineHandler``, written in batches rather than one write each.
@@ -57,7 +60,9 @@ logging.logProcesses = False
 logging.logMultiprocessing = False
 
 
-bind = [_settings.bind]
+# The admission address, then the plain-HTTP metrics address if there is one; the worker
+# tells them apart by port (async_worker.py).
+bind = [_settings.bind, *filter(None, [_settings.metrics_bind])]
 # Each worker binds a listening socket of its own with SO_REUSEPORT (gunicorn >= 24), so the
 # kernel, not the first worker to wake, decides which worker takes a new connection.
 reuse_port = True
@@ -90,6 +95,8 @@ def on_starting(server: Any) -> None:
 
     try:
         refuse_if_taken(_settings.host, _settings.port)
+        if _settings.metrics_port:
+            refuse_if_taken(_settings.host, _settings.metrics_port, "--metrics-port")
     except PortInUseError:
         on_exit(server)
         raise

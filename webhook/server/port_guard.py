@@ -19,7 +19,7 @@ class PortInUseError(RuntimeError):
     """Another server listens on the address; gunicorn prints this and exits 1."""
 
 
-def refuse_if_taken(host: str, port: int) -> None:
+def refuse_if_taken(host: str, port: int, flag: str = "--port") -> None:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -30,6 +30,6 @@ def refuse_if_taken(host: str, port: int) -> None:
                 raise
             raise PortInUseError(
                 f"Another server already listens on {host}:{port}. Stop it, or start this one "
-                "on another port (--port); two servers on one port would share its "
+                f"on another port ({flag}); two servers on one port would share its "
                 "connections."
             ) from None

@@ -19,6 +19,9 @@ from webhook.errors import GpushareError
 ENV_PREFIX = "GPUSHARE_"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8443
+# The plain-HTTP port that serves /metrics alone (0: none; /metrics stays on the admission
+# port too). Off by default for local runs; the chart and deploy/base set 9090.
+DEFAULT_METRICS_PORT = 0
 # The apiserver takes request bodies of up to 3 MiB (and etcd stores at most 1.5 MiB); the
 # review adds its envelope. A decoded body takes about 20 times its size in memory, so large
 # bodies take turns per worker (``body_budget``): the cap, the worker count and the
@@ -60,6 +63,7 @@ class ServeSettings:
     policies: Path
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
+    metrics_port: int = DEFAULT_METRICS_PORT
     workers: int = dataclasses.field(default_factory=default_workers)
     threads: int = DEFAULT_THREADS
     policy_poll_seconds: float = DEFAULT_POLICY_POLL_SECONDS
@@ -73,10 +77,25 @@ class ServeSettings:
     # Admission requests must present a client certificate that chains to this CA.
     client_ca: Path | None = None
 
+    def __post_init__(self) -> None:
+        if self.metrics_port and self.metrics_port == self.port:
+            raise SettingsError(
+                f"{ENV_PREFIX}METRICS_PORT={self.metrics_port} is the admission port: "
+                "choose another port for /metrics, or 0 for none."
+            )
+
     @property
     def bind(self) -> str:
+        return self._address(self.port)
+
+    @property
+    def metrics_bind(self) -> str | None:
+        """Where the plain-HTTP metrics listener binds (the admission host), if anywhere."""
+        return self._address(self.metrics_port) if self.metrics_port else None
+
+    def _address(self, port: int) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
+        return f"{host}:{port}"
 
     def to_environ(self) -> dict[str, str]:
         values: dict[str, str] = {}
@@ -142,7 +161,7 @@ def _parse(name: str, text: str) -> object:
             if number < 1:
                 raise ValueError
             return number
-        if name == "loop_answer_max_bytes":
+        if name in ("loop_answer_max_bytes", "metrics_port"):
             number = int(text)
             if number < 0:
                 raise SettingsError(f"{variable}={text!r} must be 0 or a positive number.")

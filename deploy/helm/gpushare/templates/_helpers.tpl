@@ -33,8 +33,39 @@ app.kubernetes.io/component: webhook
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* An image reference from (list IMAGE APPVERSION), IMAGE a dict of repository, tag and
+digest: <repository>@<digest> when a digest is set (kustomize's images[].digest writes the
+same; every container runtime pulls it, and a tag beside it would only be ignored),
+else <repository>:<tag, default the chart's appVersion>. */}}
+{{- define "gpushare.imageRef" -}}
+{{- $image := index . 0 -}}
+{{- if $image.digest -}}
+{{- printf "%s@%s" $image.repository $image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $image.repository (default (index . 1) $image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The admission image: the webhook Deployment. */}}
 {{- define "gpushare.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- include "gpushare.imageRef" (list .Values.image .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* The cluster image (with the Kubernetes client): the MPS daemon, the DRA reconciler. */}}
+{{- define "gpushare.clusterImage" -}}
+{{- include "gpushare.imageRef" (list .Values.clusterImage .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* The certgen Jobs' image: certificates.certgen.image over clusterImage, field by field,
+but for the digest, which belongs to the repository it was taken from. */}}
+{{- define "gpushare.certgenImage" -}}
+{{- $own := .Values.certificates.certgen.image | default dict -}}
+{{- if or $own.repository $own.tag $own.digest -}}
+{{- $image := dict "repository" ($own.repository | default .Values.clusterImage.repository) "tag" ($own.tag | default .Values.clusterImage.tag) "digest" ($own.digest | default "") -}}
+{{- include "gpushare.imageRef" (list $image .Chart.AppVersion) -}}
+{{- else -}}
+{{- include "gpushare.clusterImage" . -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "gpushare.secretName" -}}
