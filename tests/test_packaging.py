@@ -73,3 +73,33 @@ def test_the_kubernetes_client_is_the_cluster_extra_alone(tmp_path: Path) -> Non
     client = [line for line in requires if re.match(r"Requires-Dist: kubernetes\b(?!-)", line)]
     assert client == ['Requires-Dist: kubernetes>=30; extra == "cluster"'], requires
     assert "Provides-Extra: cluster" in metadata.splitlines()
+
+
+def test_the_wheel_carries_every_data_file_the_package_reads(tmp_path: Path) -> None:
+    """A non-Python file under webhook/ that the code opens must ship in the wheel: the
+    image installs the wheel, not the checkout (its server failed to boot without the table
+    of workload kinds)."""
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, tmp_path / name)
+    shutil.copytree(REPO / "webhook", tmp_path / "webhook")
+    build = (
+        "import sys; from setuptools import build_meta; print(build_meta.build_wheel(sys.argv[1]))"
+    )
+    out = tmp_path / "dist"
+    out.mkdir()
+    run = subprocess.run(
+        [sys.executable, "-c", build, str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    import zipfile
+
+    wheel = out / run.stdout.strip().splitlines()[-1]
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    data = {
+        path.relative_to(REPO).as_posix()
+        for path in (REPO / "webhook").rglob("*")
+        if path.is_file() and path.suffix not in (".py", ".pyc") and "__pycache__" not in path.parts
+    }
+    assert data, "no data files found under webhook/"
+    assert data <= shipped, sorted(data - shipped)
