@@ -373,10 +373,15 @@ class HttpConnection(asyncio.Protocol):
         if notify and self.tls is not None:
             transport.write(self.tls.close_notify())
         self.resume()
-        if self.eof or not transport.can_write_eof():
-            transport.close()
-        else:
-            transport.write_eof()
+        try:
+            if self.eof or not transport.can_write_eof():
+                transport.close()
+            else:
+                transport.write_eof()
+        except OSError:
+            # The peer is gone already (shutdown(2) says ENOTCONN while the server stops):
+            # nothing is left to tell it, and raising here would end the task with an error.
+            transport.abort()
 
 
 def settle(future: asyncio.Future[None] | None) -> None:
