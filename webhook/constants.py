@@ -188,3 +188,26 @@ MPS_MEMORY_LIMIT_VAR = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 MPS_LIMIT_VARS: tuple[str, ...] = (MPS_THREAD_PERCENTAGE_VAR, MPS_MEMORY_LIMIT_VAR)
 # Where MPS clients find the control daemon's pipes.
 MPS_PIPE_DIRECTORY_VAR = "CUDA_MPS_PIPE_DIRECTORY"
+
+# -- Driver-enforced GPU memory (docs/enforcement.md) ------------------------------------------
+# Read from the container's OCI spec by nvidia-container-toolkit's ``apply-cuda-memory-limits``
+# CDI hook, which has the driver cap the container's cgroup: whole MiB, decimal, singular
+# names (docs/enforcement.md cites the toolkit's source).
+DRIVER_MEMORY_REQUEST_VAR = "NVIDIA_GPU_MEMORY_REQUEST"
+DRIVER_MEMORY_LIMIT_VAR = "NVIDIA_GPU_MEMORY_LIMIT"
+DRIVER_LIMIT_VARS: tuple[str, ...] = (DRIVER_MEMORY_REQUEST_VAR, DRIVER_MEMORY_LIMIT_VAR)
+# Every variable whose value is a limit gpushare sets: in the GPU container always gpushare's.
+LIMIT_VARS: tuple[str, ...] = (*DRIVER_LIMIT_VARS, *MPS_LIMIT_VARS)
+# Device selection by env: the container runtime honours NVIDIA_VISIBLE_DEVICES where the
+# device plugin passes devices that way (and an unprivileged container may set it unless the
+# toolkit refuses it); CUDA_VISIBLE_DEVICES renumbers what CUDA sees. Set by hand they let a
+# container reach GPUs the device plugin did not give it, or a different one than the
+# limits were written for (policy ``enforcement.deviceVariables``).
+DEVICE_VARS: tuple[str, ...] = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+# NVIDIA_VISIBLE_DEVICES values that expose no GPU (the toolkit: "void", "none", empty).
+NO_DEVICE_VALUES: tuple[str, ...] = ("void", "none", "")
+# Node label the node agent keeps on each GPU node: "true" while the node enforces the
+# driver memory limit (driver, cgroup v2, the toolkit's hook in the device plugin's CDI
+# spec), "false" otherwise; the reason it does not is in the annotation beside it.
+DRIVER_LIMIT_LABEL = f"{API_GROUP}/driver-memory-limit"
+DRIVER_LIMIT_REASON_ANNOTATION = f"{API_GROUP}/driver-memory-limit-reason"

@@ -32,6 +32,12 @@ from webhook.core.placement import Placement, format_fraction
 from webhook.core.planning import Decision, Denied, Planned, Untouched
 from webhook.core.pod_bounds import pod_size_problem
 from webhook.core.pod_shape import pod_shape_problem
+from webhook.core.policy.enforcement import (
+    DeviceVariables,
+    DriverMemoryLimit,
+    EnforcementSettings,
+    HandSetLimits,
+)
 from webhook.core.policy.loader import (
     default_policies_path,
     load_policies,
@@ -93,8 +99,12 @@ __all__ = [
     "Allocation",
     "Decision",
     "Denied",
+    "DeviceVariables",
     "DirectRequests",
+    "DriverMemoryLimit",
+    "EnforcementSettings",
     "FrameworkImages",
+    "HandSetLimits",
     "Knob",
     "KueueCharge",
     "Match",

@@ -7,20 +7,23 @@ neither (k8s-device-plugin ``cmd/mps-control-daemon``; #843: pods need no hostIP
 
 from __future__ import annotations
 
-from webhook.core.modes.base import DevicePluginSlots, ModeChanges, ModeProfile, pool_selector
+from webhook.core.modes.base import ModeChanges, ModeProfile, pool_selector
 from webhook.core.modes.client_limits import mps_limits
+from webhook.core.modes.driver_limits import EnforcedSlots, driver_limits, enforcing_selector
 from webhook.core.placement import Placement
 from webhook.core.policy.model import Mode, Policy, frozen_map
 
 
-class DevicePluginMps(DevicePluginSlots):
+class DevicePluginMps(EnforcedSlots):
     mode = Mode.MPS
 
     def changes(self, policy: Policy, placement: Placement) -> ModeChanges:
         return ModeChanges(
             resources=self.slot_resources(policy, placement),
-            node_selector=frozen_map(pool_selector(placement, "mps")),
-            env=mps_limits(policy, placement),
+            node_selector=frozen_map(
+                {**pool_selector(placement, "mps"), **enforcing_selector(policy)}
+            ),
+            env=(*mps_limits(policy, placement), *driver_limits(policy, placement)),
             record=self.slot_record(policy, placement),
         )
 

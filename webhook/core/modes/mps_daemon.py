@@ -7,26 +7,27 @@ from __future__ import annotations
 
 from webhook.constants import MPS_PIPE_DIRECTORY_VAR
 from webhook.core.modes.base import (
-    DevicePluginSlots,
     EnvSetting,
     ModeChanges,
     ModeProfile,
     pool_selector,
 )
 from webhook.core.modes.client_limits import mps_limits
+from webhook.core.modes.driver_limits import EnforcedSlots, driver_limits, enforcing_selector
 from webhook.core.placement import Placement
 from webhook.core.policy.model import Mode, Policy, frozen_map
 
 PIPE_VOLUME = "gpushare-mps-pipe"
 
 
-class GpushareMpsDaemon(DevicePluginSlots):
+class GpushareMpsDaemon(EnforcedSlots):
     mode = Mode.MPS_DAEMON
 
     def changes(self, policy: Policy, placement: Placement) -> ModeChanges:
         daemon = policy.mps_daemon
         selector = pool_selector(placement, "time-slicing")
         selector[daemon.ready_label] = "true"
+        selector.update(enforcing_selector(policy))
         warnings: tuple[str, ...] = ()
         if daemon.host_ipc:
             warnings = (
@@ -41,7 +42,7 @@ class GpushareMpsDaemon(DevicePluginSlots):
         return ModeChanges(
             resources=self.slot_resources(policy, placement),
             node_selector=frozen_map(selector),
-            env=(*mps_limits(policy, placement), pipe),
+            env=(*mps_limits(policy, placement), *driver_limits(policy, placement), pipe),
             volumes=(
                 {
                     "name": PIPE_VOLUME,

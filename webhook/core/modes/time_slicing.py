@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from webhook.core.modes.base import DevicePluginSlots, ModeChanges, ModeProfile, pool_selector
+from webhook.core.modes.base import ModeChanges, ModeProfile, pool_selector
+from webhook.core.modes.driver_limits import EnforcedSlots, driver_limits, enforcing_selector
 from webhook.core.placement import Placement
 from webhook.core.policy.model import Mode, Policy, frozen_map
 
 
-class TimeSlicing(DevicePluginSlots):
+class TimeSlicing(EnforcedSlots):
     mode = Mode.TIME_SLICING
 
     def changes(self, policy: Policy, placement: Placement) -> ModeChanges:
         return ModeChanges(
             resources=self.slot_resources(policy, placement),
-            node_selector=frozen_map(pool_selector(placement, "time-slicing")),
+            node_selector=frozen_map(
+                {**pool_selector(placement, "time-slicing"), **enforcing_selector(policy)}
+            ),
+            env=driver_limits(policy, placement),
             record=self.slot_record(policy, placement),
         )
 

@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from webhook.core.policy.enforcement import build_enforcement
 from webhook.core.policy.model import (
     Allocation,
     DirectRequests,
@@ -170,6 +171,7 @@ def build_policy(name: str, source: str, spec: Mapping[str, Any]) -> Policy:
         dra=_dra(spec),
         inject=_injections(spec),
         quota=build_quota(spec.get("quota")),
+        enforcement=build_enforcement(spec.get("enforcement")),
         schemes=build_schemes(spec, memory_mib(spec.get("gpuMemory")))
         if Mode(spec["mode"]) in SCHEME_SECTIONS
         else None,

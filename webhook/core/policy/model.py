@@ -16,6 +16,7 @@ from webhook.constants import (
     SHARED_GPU_RESOURCE,
     WHOLE_GPU_RESOURCE,
 )
+from webhook.core.policy.enforcement import EnforcementSettings
 from webhook.core.policy.quota import QuotaSettings
 
 if TYPE_CHECKING:
@@ -267,6 +268,9 @@ class Policy:
     direct_requests: DirectRequests = DirectRequests.DENY
     # GPU shares in the cluster's quotas (``policy.quota``, docs/quotas.md).
     quota: QuotaSettings = field(default_factory=QuotaSettings)
+    # Limits the node enforces and what a pod may not set itself (``policy.enforcement``,
+    # docs/enforcement.md).
+    enforcement: EnforcementSettings = field(default_factory=EnforcementSettings)
     # A digest of the spec this policy was built from, recorded in each pod it mutates, so
     # a replica still serving another version can tell version skew from tampering.
     version: str = ""

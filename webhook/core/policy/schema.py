@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from webhook.core.policy.enforcement import ENFORCEMENT_SCHEMA
 from webhook.core.policy.model import API_VERSION, POLICY_KIND, SETTINGS_KIND
 from webhook.core.policy.quota import QUOTA_SCHEMA
 from webhook.core.policy.schemes import SCHEME_SCHEMA
@@ -230,6 +231,7 @@ _POLICY_SPEC = _object(
             }
         ),
         "quota": QUOTA_SCHEMA,
+        "enforcement": ENFORCEMENT_SCHEMA,
         "directResourceRequests": {
             "enum": ["allow", "deny"],
             "description": "Whether pods may ask for the shared resource without the annotation.",
