@@ -1,31 +1,42 @@
-"""End-to-end cost of admission: pod creates through a real kube-apiserver, five ways.
+"""End-to-end cost of admission: pod creates through a real kube-apiserver, seven ways.
 
-Run from the repository root (builds or reuses the Go harness and the no-op webhook):
+Run from the repository root (builds or reuses the Go harness and the two Go webhooks):
 
     .venv/bin/python bench/e2e_bench.py                          # a few minutes
     .venv/bin/python bench/e2e_bench.py --count 100 --burst-count 300 --rounds 1   # quick look
 
 Starts the e2e control plane of harness/controlplane.py (etcd + kube-apiserver; no
 scheduler, so nothing but the creates loads the machine), `gpushare serve` with certificates
-from `gpushare certs` and the bundled policies, and a no-op Go webhook
-(harness/tools/noop-webhook: allowed, no patch). Every mode below is put in force once, each
-limited to the pods of a namespace of its own (bench-none, bench-noop, ...), and the same
-annotated pod (gpu-fraction "0.5", a realistic training container) is created over and over
-in each namespace. At concurrency 1 the modes take turns create by create, so consecutive
-creates of all modes meet the same machine and drift on a shared machine cancels out of every
-comparison; at concurrency 8 each mode runs a batch of its own (interleaved, every mode would
-run under the others' load), the order rotating from round to round:
+from `gpushare certs` and the bundled policies, a no-op Go webhook
+(harness/tools/noop-webhook: allowed, no patch) and a Go controller-runtime peer
+(harness/tools/cr-webhook, bench/e2e_webhooks.py). Every mode below is put in force once,
+each limited to the pods of a namespace of its own (bench-none, bench-noop, ...), and the
+same annotated pod (gpu-fraction "0.5", a realistic training container) is created over and
+over in each namespace. At concurrency 1 the modes take turns create by create, so
+consecutive creates of all modes meet the same machine and drift on a shared machine cancels
+out of every comparison; at concurrency 8 each mode runs a batch of its own (interleaved,
+every mode would run under the others' load), the order rotating from round to round:
 
 - **none**: no admission configuration at all (the annotation is just an annotation);
 - **noop**: the no-op webhook registered as a mutating webhook for pods: the floor any
   webhook pays (the apiserver encodes the review, the TLS round trip, decoding);
+- **peer**: the controller-runtime webhook registered as the only mutating webhook: the
+  mutation gpushare's default policy makes of this pod, hard-coded, with controller-runtime's
+  defaults (a peer doing the same work);
 - **reference**: a MutatingAdmissionPolicy applying the webhook's own patch of this pod as
   constant ops, no variables or conditions: the floor of any admission policy doing this
   mutation, which the compiled policies cannot go below;
+- **webhook**: gpushare's mutating webhook alone (the shipped registration without the
+  safety-net ValidatingAdmissionPolicy);
 - **shipped**: gpushare as `gpushare webhook-config --url ... --policies ...` prints it by
   default;
 - **compiled**: what `gpushare compile` prints for the same policies (admission policies in
   the apiserver, no webhook).
+
+Before measuring, a dry-run create of the bench pod in each mutating mode's namespace must
+come back, field by field, as it does under gpushare's webhook alone (server-set metadata
+aside; the peer writes the same gpushare.io/applied annotation): the run stops with the
+differing fields otherwise.
 
 Each client thread keeps one TLS connection to the apiserver (client-certificate auth) and
 POSTs raw JSON. Concurrency 1 and 8. The table gives creates/s, p50/p99 latency and the
@@ -33,9 +44,13 @@ apiserver process's CPU per create (/proc: on a shared machine a steadier view o
 inside the apiserver, where compiled policies run; per mode only at concurrency 8) per mode,
 then what each mode adds over **none** at p50 and p99, in ms and as a multiple of what the
 no-op webhook adds. Targets (issue 11): shipped <= 3.0x no-op; compiled <= 1.25x no-op at
-concurrency 1 and <= 0.6x shipped at concurrency 1 and 8 (p50). The apiserver's own view of
-each webhook call (apiserver_admission_webhook_admission_duration_seconds) is printed beside
-the time inside the gpushare app.
+concurrency 1 and <= 0.6x shipped at concurrency 1 and 8 (p50). Targets (issue 29, against
+peers doing the same work, pooled over rounds and in the median round): webhook <= 1.0x
+peer, shipped <= 1.1x peer, compiled <= 1.1x reference (p50 added, concurrency 1 and 8), and
+the apiserver's CPU per create under shipped <= 1.1x under peer (concurrency 8). The
+apiserver's own view of each webhook call
+(apiserver_admission_webhook_admission_duration_seconds) is printed beside the time inside
+the gpushare app.
 
 Bounded: --count turns at concurrency 1 and --burst-count creates per batch above it (a
 batch of a second or more: shorter ones moved with the apiserver's garbage collection and
@@ -48,14 +63,12 @@ target is met, 1 when not, 2 when a create failed.
 from __future__ import annotations
 
 import argparse
-import base64
+import contextlib
 import copy
 import http.client
 import json
-import math
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
@@ -74,13 +87,24 @@ import yaml  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from bench.e2e_report import MODES, Cell, percentile, report  # noqa: E402
+from bench.e2e_webhooks import (  # noqa: E402
+    ALONE_NAME,
+    NOOP_NAME,
+    PEER_NAME,
+    GoWebhook,
+    noop_webhook,
+    peer_webhook,
+    stored_differences,
+    webhook_alone,
+)
 from harness.api import create_pod, ensure_namespace  # noqa: E402
-from harness.binary import HarnessBuildError, build_binary, run_build_script  # noqa: E402
+from harness.binary import HarnessBuildError, build_binary  # noqa: E402
 from harness.cli import gpushare  # noqa: E402
 from harness.controlplane import ControlPlane  # noqa: E402
-from harness.processes import LOOPBACK, free_ports, terminate  # noqa: E402
-from harness.registration import GpushareWebhook  # noqa: E402
-from harness.webhookserver import WebhookServer, start_logged_process  # noqa: E402
+from harness.processes import LOOPBACK  # noqa: E402
+from harness.registration import MUTATING_WEBHOOK, GpushareWebhook  # noqa: E402
+from harness.webhookserver import WebhookServer  # noqa: E402
 from webhook.compile import compile_policies  # noqa: E402
 from webhook.compile.pod_cel import match_constraints  # noqa: E402
 from webhook.constants import APPLIED_ANNOTATION  # noqa: E402
@@ -91,18 +115,13 @@ PROBE_NAMESPACE = "bench-probe"
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 WARMUP_CREATES = 20
 REQUEST_TIMEOUT_S = 30.0
-MODES = ("none", "noop", "reference", "shipped", "compiled")
 # Every mode is in force at once, each for the pods of its own namespace only, so a create
 # picks its mode by its namespace and nothing is switched between measurements.
 MODE_NAMESPACES = {mode: f"{NAMESPACE}-{mode}" for mode in MODES}
 REFERENCE_NAME = "reference.bench.gpushare.io"
-# Targets of issue 11, on what each mode adds over "none" at p50.
-SHIPPED_OVER_NOOP = 3.0
-COMPILED_OVER_NOOP_C1 = 1.25
-COMPILED_OVER_SHIPPED = 0.6
-NOOP_BUILD = REPO / "harness/tools/noop-webhook/build.sh"
-NOOP_BUILD_TIMEOUT_S = 600.0
-NOOP_NAME = "noop.bench.gpushare.io"
+# The modes whose configuration mutates the bench pod: each must store the pod that
+# gpushare's mutating webhook alone stores ("webhook").
+MUTATING_MODES = ("peer", "reference", "webhook", "shipped", "compiled")
 
 
 def bench_pod(name: str) -> dict[str, Any]:
@@ -160,14 +179,31 @@ def mutating_policy(name: str, expression: str) -> dict[str, Any]:
     }
 
 
-def reference_documents(policies: Path) -> list[dict[str, Any]]:
-    """The hand-written limit for a policy: the webhook's own patch of the bench pod as
-    constant ops (no variables, no conditions), bound to the bench namespace only."""
+def gpushare_patch(policies: Path) -> list[dict[str, Any]]:
+    """The JSON Patch gpushare's webhook makes of the bench pod (`gpushare mutate`)."""
     with tempfile.TemporaryDirectory(prefix="gpushare-reference-") as name:
         pod_file = Path(name) / "pod.json"
         pod_file.write_text(json.dumps(bench_pod("reference")))
         command = ["mutate", "-f", str(pod_file), "-n", NAMESPACE, "--policies", str(policies)]
-        patch = json.loads(gpushare(*command, "-o", "patch").stdout)
+        patch: list[dict[str, Any]] = json.loads(gpushare(*command, "-o", "patch").stdout)
+    return patch
+
+
+def policy_version(patch: list[dict[str, Any]]) -> str:
+    """The policy version in the gpushare.io/applied annotation ``patch`` writes: the one
+    thing of the mutation the peer (which hard-codes the rest) is told."""
+    path = "/metadata/annotations/" + APPLIED_ANNOTATION.replace("~", "~0").replace("/", "~1")
+    for op in patch:
+        if op["path"] == path:
+            return str(json.loads(op["value"])["policyVersion"])
+        if op["path"] == "/metadata/annotations":
+            return str(json.loads(op["value"][APPLIED_ANNOTATION])["policyVersion"])
+    raise ValueError(f"gpushare's patch of the bench pod writes no {APPLIED_ANNOTATION}")
+
+
+def reference_documents(patch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The hand-written limit for a policy: the webhook's own ``patch`` of the bench pod as
+    constant ops (no variables, no conditions), bound to the bench namespace only."""
     binding = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingAdmissionPolicyBinding",
@@ -185,25 +221,6 @@ def reference_documents(policies: Path) -> list[dict[str, Any]]:
 
 
 # -- load ------------------------------------------------------------------------------------
-
-
-@dataclass
-class Cell:
-    """One measured batch: a mode at a concurrency in one round."""
-
-    mode: str
-    concurrency: int
-    latencies: list[float] = field(default_factory=list)
-    seconds: float = 0.0
-    errors: list[str] = field(default_factory=list)
-    mutated: int = 0
-    round_index: int = 0
-    # CPU seconds the apiserver process spent over the measured creates.
-    apiserver_cpu: float = 0.0
-
-    @property
-    def rate(self) -> float:
-        return len(self.latencies) / self.seconds if self.seconds else 0.0
 
 
 class Creator:
@@ -406,145 +423,15 @@ def connections_to(port: int) -> int:
     return count
 
 
-# -- report ----------------------------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], fraction: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
-    return ordered[index]
-
-
-def added(cells: list[Cell], concurrency: int, fraction: float) -> dict[str, float]:
-    """Latency (ms) each mode adds over "none" at percentile ``fraction``."""
-    value = {}
-    for mode in MODES:
-        group = [
-            x for c in cells if c.mode == mode and c.concurrency == concurrency for x in c.latencies
-        ]
-        value[mode] = percentile(group, fraction) * 1000
-    return {mode: value[mode] - value["none"] for mode in MODES if mode != "none"}
-
-
-def cpu_per_create(group: Sequence[Cell]) -> float:
-    creates = sum(len(c.latencies) for c in group)
-    return sum(c.apiserver_cpu for c in group) / creates * 1000 if creates else float("nan")
-
-
-def _cpu_text(value: float) -> str:
-    # At concurrency 1 the modes take turns create by create: no CPU figure per mode.
-    return "(interleaved)" if math.isnan(value) else f"{value:.3f}"
-
-
-def times(value: float, floor: float) -> float:
-    return value / floor if floor > 0 else float("nan")
-
-
-def _times_text(value: float, floor: float) -> str:
-    ratio = times(value, floor)
-    return "n/a" if math.isnan(ratio) else f"{ratio:.2f}x"
-
-
-def round_ratios(cells: Sequence[Cell], concurrency: int) -> list[tuple[float, float]]:
-    """Per round, from that round's batches alone (back to back, so slow drift of the
-    machine from round to round cancels): shipped's added p50 over the no-op webhook's, and
-    compiled's over shipped's."""
-    ratios = []
-    for index in sorted({c.round_index for c in cells if c.concurrency == concurrency}):
-        p50 = {
-            c.mode: percentile(c.latencies, 0.5) * 1000
-            for c in cells
-            if c.concurrency == concurrency and c.round_index == index
-        }
-        if not all(mode in p50 for mode in ("none", "noop", "shipped", "compiled")):
-            continue
-        noop, shipped = p50["noop"] - p50["none"], p50["shipped"] - p50["none"]
-        compiled = p50["compiled"] - p50["none"]
-        ratios.append((times(shipped, noop), times(compiled, shipped)))
-    return ratios
-
-
-def _spread(values: Sequence[float]) -> str:
-    known = [v for v in values if not math.isnan(v)]
-    if not known:
-        return "n/a"
-    return f"{min(known):.2f}-{max(known):.2f}x (median {statistics.median(known):.2f}x)"
-
-
-def report(cells: list[Cell], concurrencies: Sequence[int]) -> tuple[bool, list[str]]:
-    lines = [
-        f"{'conc':>4}  {'mode':<9} {'creates':>7} {'creates/s':>9} {'p50 ms':>8} "
-        f"{'p99 ms':>8} {'apiserver CPU ms/create':>23} {'mutated':>7} {'errors':>6}"
-    ]
-    for concurrency in concurrencies:
-        for mode in MODES:
-            group = [c for c in cells if c.mode == mode and c.concurrency == concurrency]
-            latencies = [x for c in group for x in c.latencies]
-            rates = [c.rate for c in group if c.latencies]
-            lines.append(
-                f"{concurrency:>4}  {mode:<9} {len(latencies):>7} "
-                f"{statistics.median(rates) if rates else float('nan'):>9.1f} "
-                f"{percentile(latencies, 0.5) * 1000:>8.2f} "
-                f"{percentile(latencies, 0.99) * 1000:>8.2f} "
-                f"{_cpu_text(cpu_per_create(group)):>23} "
-                f"{sum(c.mutated for c in group):>7} {sum(len(c.errors) for c in group):>6}"
-            )
-    lines += ["", "added over no admission (ms, and x what the no-op webhook adds):"]
-    met = True
-    for concurrency in concurrencies:
-        for name, fraction in (("p50", 0.5), ("p99", 0.99)):
-            extra = added(cells, concurrency, fraction)
-            noop = extra["noop"]
-            parts = [
-                f"{mode} +{extra[mode]:.2f} ms ({_times_text(extra[mode], noop)})"
-                for mode in ("noop", "reference", "shipped", "compiled")
-            ]
-            lines.append(f"  c={concurrency} {name}: " + ", ".join(parts))
-        extra = added(cells, concurrency, 0.5)
-        noop, shipped, compiled = extra["noop"], extra["shipped"], extra["compiled"]
-        checks = [
-            (f"shipped <= {SHIPPED_OVER_NOOP}x noop", shipped <= SHIPPED_OVER_NOOP * noop),
-            (
-                f"compiled <= {COMPILED_OVER_SHIPPED}x shipped",
-                compiled <= COMPILED_OVER_SHIPPED * shipped,
-            ),
-        ]
-        if concurrency == 1:
-            checks.append(
-                (
-                    f"compiled <= {COMPILED_OVER_NOOP_C1}x noop",
-                    compiled <= COMPILED_OVER_NOOP_C1 * noop,
-                )
-            )
-        for what, ok in checks:
-            lines.append(f"    target c={concurrency} p50 {what}: {'met' if ok else 'NOT met'}")
-            met = met and ok
-        if concurrency > 1 and (ratios := round_ratios(cells, concurrency)):
-            lines.append(
-                f"    round by round: shipped {_spread([r[0] for r in ratios])} noop, "
-                f"compiled {_spread([r[1] for r in ratios])} shipped"
-            )
-        if concurrency == 1:
-            # Where the compiled target sits on this machine: no policy doing this mutation
-            # costs less than its constant ops.
-            lines.append(
-                f"    floor: the reference policy adds {times(extra['reference'], noop):.2f}x "
-                f"noop (compiled target {COMPILED_OVER_NOOP_C1}x); compiled is "
-                f"+{extra['compiled'] - extra['reference']:.2f} ms above it"
-            )
-    return met, lines
-
-
 @dataclass
 class Run:
     """Everything one benchmark run measured."""
 
     cells: list[Cell] = field(default_factory=list)
-    spent: dict[str, float] = field(default_factory=dict)  # webhook totals over 'with' cells
-    creates_with: int = 0
-    connections_held: int = 0
+    # Webhook totals (apiserver's view per webhook, the app's per endpoint) over the run.
+    spent: dict[str, float] = field(default_factory=dict)
+    # TCP connections from the apiserver to each webhook process, after its last batch.
+    connections: dict[str, int] = field(default_factory=dict)
     # MutatingAdmissionPolicy evaluations over the compiled cells' creates.
     compiled_checks: float = 0.0
     compiled_creates: int = 0
@@ -554,57 +441,13 @@ class Run:
         return any(cell.errors for cell in self.cells)
 
 
-class NoopWebhook:
-    """The no-op Go webhook, served over TLS on loopback and registered for pods."""
+@dataclass
+class Peers:
+    """The Go webhooks beside gpushare, and gpushare's patch of the bench pod."""
 
-    def __init__(self, workdir: Path, cert_dir: Path) -> None:
-        binary = run_build_script(
-            NOOP_BUILD, "tools/noop-webhook/build.sh", HarnessBuildError, NOOP_BUILD_TIMEOUT_S
-        )
-        self.port = free_ports(1)[0]
-        self.cert_dir = cert_dir
-        command = [
-            str(binary),
-            "-addr",
-            f"{LOOPBACK}:{self.port}",
-            "-cert",
-            str(cert_dir / "tls.crt"),
-            "-key",
-            str(cert_dir / "tls.key"),
-        ]
-        self.process = start_logged_process(command, workdir / "noop-webhook.log")
-
-    def configuration(self) -> dict[str, Any]:
-        ca = base64.b64encode((self.cert_dir / "ca.crt").read_bytes()).decode()
-        return {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": NOOP_NAME},
-            "webhooks": [
-                {
-                    "name": NOOP_NAME,
-                    "admissionReviewVersions": ["v1"],
-                    "sideEffects": "None",
-                    "failurePolicy": "Fail",
-                    "timeoutSeconds": 10,
-                    "clientConfig": {
-                        "url": f"https://{LOOPBACK}:{self.port}/mutate",
-                        "caBundle": ca,
-                    },
-                    "rules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["CREATE"],
-                            "resources": ["pods"],
-                        }
-                    ],
-                }
-            ],
-        }
-
-    def stop(self) -> None:
-        terminate(self.process, 5.0)
+    noop: GoWebhook
+    peer: GoWebhook
+    patch: list[dict[str, Any]]
 
 
 def kubectl_apply(plane: ControlPlane, documents: Sequence[dict[str, Any]]) -> None:
@@ -633,14 +476,17 @@ def scoped(documents: Sequence[dict[str, Any]], namespace: str) -> list[dict[str
     return result
 
 
-def all_in_force(plane: ControlPlane, server: WebhookServer, noop: NoopWebhook) -> set[str]:
-    """Every mode's configuration, each for its own namespace; returns the compiled
-    MutatingAdmissionPolicies' names (whose evaluations are counted)."""
+def all_in_force(plane: ControlPlane, server: WebhookServer, peers: Peers) -> set[str]:
+    """Every mode's configuration, each for its own namespace, checked to store the same pod
+    in every mutating mode; returns the compiled MutatingAdmissionPolicies' names (whose
+    evaluations are counted)."""
     webhook = GpushareWebhook(server, plane.api, PROBE_NAMESPACE)
     compiled = compile_policies(load_policies(server.policies))
     documents = {
-        "noop": [noop.configuration()],
-        "reference": reference_documents(server.policies),
+        "noop": [peers.noop.configuration()],
+        "peer": [peers.peer.configuration()],
+        "reference": reference_documents(peers.patch),
+        "webhook": webhook_alone(webhook.documents),
         "shipped": webhook.documents,
         "compiled": compiled,
     }
@@ -650,7 +496,7 @@ def all_in_force(plane: ControlPlane, server: WebhookServer, noop: NoopWebhook) 
     # comes back mutated in every mutating mode's namespace and unmutated in the others.
     until = time.monotonic() + 60.0
     for mode, namespace in MODE_NAMESPACES.items():
-        expected = mode in ("reference", "shipped", "compiled")
+        expected = mode in MUTATING_MODES
         while True:
             pod = bench_pod(f"probe-{uuid.uuid4().hex[:8]}")
             answer = create_pod(plane.api, namespace, pod, dry_run=True).pod
@@ -660,13 +506,43 @@ def all_in_force(plane: ControlPlane, server: WebhookServer, noop: NoopWebhook) 
                 raise SystemExit(f"mode {mode} did not come into force in {namespace}")
             time.sleep(0.2)
     time.sleep(1.0)  # the no-op webhook cannot be seen; a webhook is in force well within 1 s
+    check_same_pod(plane)
     return {d["metadata"]["name"] for d in compiled if d["kind"] == "MutatingAdmissionPolicy"}
+
+
+def check_same_pod(plane: ControlPlane) -> None:
+    """A dry-run create of the bench pod (one name) in each mutating mode's namespace must
+    store, field by field, the pod gpushare's mutating webhook alone stores; stop the run
+    with the differing fields otherwise.
+
+    The reference policy alone may order the tolerations otherwise: its constant ops are
+    gpushare's patch of the pod as sent (`add /spec/tolerations`), and the apiserver's
+    DefaultTolerationSeconds tolerations end up after gpushare's rather than before them."""
+    name = f"same-{uuid.uuid4().hex[:8]}"
+    stored = {
+        mode: create_pod(plane.api, MODE_NAMESPACES[mode], bench_pod(name), dry_run=True).pod
+        for mode in MUTATING_MODES
+    }
+    problems = [
+        f"  {mode}: {difference}"
+        for mode in MUTATING_MODES
+        if mode != "webhook"
+        for difference in stored_differences(
+            stored["webhook"], stored[mode], mode, any_toleration_order=mode == "reference"
+        )
+    ]
+    if problems:
+        raise SystemExit(
+            "the apiserver stores another pod than under gpushare's webhook alone:\n"
+            + "\n".join(problems)
+        )
+    print(f"same pod stored under {', '.join(MUTATING_MODES)} (checked field by field)")
 
 
 def measure(
     plane: ControlPlane,
     server: WebhookServer,
-    noop: NoopWebhook,
+    peers: Peers,
     concurrencies: Sequence[int],
     rounds: int,
     count: int,
@@ -678,19 +554,19 @@ def measure(
     core = k8s.CoreV1Api(plane.api)
     for name in (PROBE_NAMESPACE, *MODE_NAMESPACES.values()):
         ensure_namespace(core, name)
-    compiled_policies = all_in_force(plane, server, noop)
+    compiled_policies = all_in_force(plane, server, peers)
     run = Run()
+    ports = {"noop": peers.noop.port, "peer": peers.peer.port, "shipped": server.port}
 
     def measured(round_index: int, cells: Sequence[Cell], body: Callable[[], None]) -> None:
         start = webhook_totals(plane, server)
         checks_before = policy_checks(plane, compiled_policies)
         body()
+        for key, value in webhook_totals(plane, server).items():
+            run.spent[key] = run.spent.get(key, 0.0) + value - start.get(key, 0.0)
         for cell in cells:
-            if cell.mode == "shipped":
-                run.creates_with += len(cell.latencies) + WARMUP_CREATES
-                for key, value in webhook_totals(plane, server).items():
-                    run.spent[key] = run.spent.get(key, 0.0) + value - start.get(key, 0.0)
-                run.connections_held = connections_to(server.port)
+            if cell.mode in ports:
+                run.connections[cell.mode] = connections_to(ports[cell.mode])
             if cell.mode == "compiled":
                 run.compiled_creates += len(cell.latencies) + WARMUP_CREATES
                 run.compiled_checks += policy_checks(plane, compiled_policies) - checks_before
@@ -728,23 +604,35 @@ def measure(
     return run
 
 
+# The webhook each mode calls, by its name in the apiserver's metrics.
+WEBHOOK_NAMES = {
+    "noop": NOOP_NAME,
+    "peer": PEER_NAME,
+    "webhook": ALONE_NAME,
+    "shipped": MUTATING_WEBHOOK,
+}
+
+
 def print_attribution(run: Run) -> None:
-    print(f"where the time goes as shipped (per call, over {run.creates_with} creates):")
-    # The default configuration registers only the mutating webhook; the safety net is a
+    print("where the time goes (each webhook call as the apiserver times it, over the run):")
+    for mode, name in WEBHOOK_NAMES.items():
+        seconds = run.spent.get(f"{WEBHOOK_SUM}|{name}", 0.0)
+        calls = run.spent.get(f"{WEBHOOK_COUNT}|{name}", 0.0)
+        if calls:
+            print(f"  {mode:<9} {name:<32} {seconds / calls * 1000:6.2f} ms | calls {int(calls)}")
+    # Modes webhook and shipped call the same server, endpoint "mutate". The default
+    # configuration registers only the mutating webhook for pods; the safety net is a
     # ValidatingAdmissionPolicy run inside the apiserver (no call to count), and the pod
     # validating webhook is opt-in (webhook_config.WebhookSettings.validating_webhook "pods").
-    name, endpoint = "mutate.gpushare.io", "mutate"
-    seconds = run.spent.get(f"{WEBHOOK_SUM}|{name}", 0.0)
-    calls = run.spent.get(f"{WEBHOOK_COUNT}|{name}", 0.0)
-    app_seconds = run.spent.get(f"{APP_SUM}|{endpoint}", 0.0)
-    app_calls = run.spent.get(f"{APP_COUNT}|{endpoint}", 0.0)
-    if calls and app_calls:
+    app_seconds = run.spent.get(f"{APP_SUM}|mutate", 0.0)
+    app_calls = run.spent.get(f"{APP_COUNT}|mutate", 0.0)
+    if app_calls:
         print(
-            f"  {name:<21} apiserver's call {seconds / calls * 1000:6.2f} ms"
-            f" | inside gpushare {app_seconds / app_calls * 1000:6.3f} ms"
-            f" | calls {int(calls)}"
+            f"  inside gpushare (webhook and shipped) {app_seconds / app_calls * 1000:6.3f} ms"
+            f" | calls {int(app_calls)}"
         )
-    print(f"  TCP connections from the apiserver to the webhook: {run.connections_held}")
+    held = ", ".join(f"{mode} {count}" for mode, count in run.connections.items())
+    print(f"  TCP connections from the apiserver to each webhook: {held}")
     print("  the safety net: a ValidatingAdmissionPolicy in the apiserver, no webhook call")
     if run.compiled_creates:
         print(
@@ -765,7 +653,7 @@ def main(argv: list[str] | None = None) -> int:
         default=1500,
         help="measured creates per mode and round above concurrency 1",
     )
-    parser.add_argument("--rounds", type=int, default=4, help="rounds of all five modes")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds of all seven modes")
     parser.add_argument("--concurrency", type=int, action="append", help="default 1 and 8")
     parser.add_argument("--max-seconds", type=float, default=600.0, help="bound on the run")
     parser.add_argument("--workers", type=int, help="gunicorn workers (default: as serve)")
@@ -791,21 +679,23 @@ def main(argv: list[str] | None = None) -> int:
             server = WebhookServer.start(
                 workdir / "webhook", policies, workers=args.workers, threads=args.threads
             )
-            noop = NoopWebhook(workdir, server.cert_dir)
-            try:
+            with contextlib.ExitStack() as stack:
+                stack.callback(server.stop)
+                patch = gpushare_patch(policies)
+                noop = noop_webhook(workdir, server.cert_dir)
+                stack.callback(noop.stop)
+                peer = peer_webhook(workdir, server.cert_dir, policy_version(patch))
+                stack.callback(peer.stop)
                 run = measure(
                     plane,
                     server,
-                    noop,
+                    Peers(noop, peer, patch),
                     concurrencies,
                     args.rounds,
                     args.count,
                     args.burst_count,
                     deadline,
                 )
-            finally:
-                noop.stop()
-                server.stop()
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)

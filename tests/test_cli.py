@@ -45,7 +45,7 @@ def test_the_tree_holds_every_command() -> None:
             f"gpushare {name}"
             for name in (
                 "mutate", "explain", "policy", "policy check", "policy schema", "serve",
-                "certs", "webhook-config", "mps-daemon", "device-plugin-config",
+                "certs", "webhook-config", "mps-daemon", "node-agent", "device-plugin-config",
                 "dra-templates", "share-capacity", "plan", "compile", "check-admission",
             )
         ),

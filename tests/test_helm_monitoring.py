@@ -33,6 +33,7 @@ ALL_ON = (
     "monitoring.dashboard.enabled=true",
 )
 MPS_ON = ("mpsDaemon.enabled=true", "mpsDaemon.deviceConfigs={l4-mps}")
+NODE_AGENT_ON = ("nodeAgent.enabled=true",)
 # A cold Helm build in the fixture takes minutes (scripts/test builds it beforehand).
 pytestmark = pytest.mark.timeout(300, func_only=True)
 
@@ -100,15 +101,16 @@ def test_the_default_release_renders_deploy_monitorings_objects(
 ) -> None:
     """Release gpushare in gpushare-system: the kustomization's names, so the same objects
     but for Helm's own labels and the release in the selectors."""
-    docs = render(helm, helm_home, *ALL_ON, *MPS_ON)
+    docs = render(helm, helm_home, *ALL_ON, *MPS_ON, *NODE_AGENT_ON)
     found = monitoring_objects(docs)
     assert set(found) == {
         ("PodMonitor", "gpushare"),
         ("PodMonitor", "gpushare-mps-daemon"),
+        ("PodMonitor", "gpushare-node-agent"),
         ("PrometheusRule", "gpushare"),
         ("ConfigMap", "gpushare-dashboard"),
     }
-    webhook, mps = kustomize_documents("podmonitors.yaml")
+    webhook, mps, node_agent = kustomize_documents("podmonitors.yaml")
     chart_webhook = found[("PodMonitor", "gpushare")]
     assert chart_webhook["metadata"]["namespace"] == "gpushare-system"
     assert chart_webhook["spec"]["podMetricsEndpoints"] == webhook["spec"]["podMetricsEndpoints"]
@@ -123,7 +125,14 @@ def test_the_default_release_renders_deploy_monitorings_objects(
         **mps["spec"]["selector"]["matchLabels"],
         "app.kubernetes.io/instance": "gpushare",
     }
-    # The rules: deploy/monitoring's, every group (the MPS daemon is on), unchanged.
+    chart_agent = found[("PodMonitor", "gpushare-node-agent")]
+    assert chart_agent["metadata"]["namespace"] == node_agent["metadata"]["namespace"]
+    assert chart_agent["spec"]["podMetricsEndpoints"] == node_agent["spec"]["podMetricsEndpoints"]
+    assert chart_agent["spec"]["selector"]["matchLabels"] == {
+        **node_agent["spec"]["selector"]["matchLabels"],
+        "app.kubernetes.io/instance": "gpushare",
+    }
+    # The rules: deploy/monitoring's, every group (the MPS daemon and node agent are on).
     (rule,) = kustomize_documents("prometheusrule.yaml")
     assert found[("PrometheusRule", "gpushare")]["spec"] == rule["spec"]
     # The dashboard: the file itself, under the sidecar's label.
@@ -138,15 +147,20 @@ def test_the_default_release_renders_deploy_monitorings_objects(
     assert chart_webhook["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
     assert "metrics" in [port["name"] for port in ports]
-    (daemonset,) = [d for d in docs if d["kind"] == "DaemonSet"]
-    daemon_labels = daemonset["spec"]["template"]["metadata"]["labels"]
-    assert chart_mps["spec"]["selector"]["matchLabels"].items() <= daemon_labels.items()
+    daemonsets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "DaemonSet"}
+    for monitor, daemonset in (
+        (chart_mps, daemonsets["gpushare-mps-daemon"]),
+        (chart_agent, daemonsets["gpushare-node-agent"]),
+    ):
+        pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
 
 
 def test_another_release_names_everything_after_itself(helm: Path, helm_home: Path) -> None:
     sets = (
         *ALL_ON,
         *MPS_ON,
+        *NODE_AGENT_ON,
         "mpsDaemon.namespace=team-a-mps",
         "monitoring.labels.release=kube-prometheus-stack",
         "monitoring.prometheusRule.runbookBaseURL=https://wiki.example.com/gpushare/monitoring/",
@@ -160,6 +174,7 @@ def test_another_release_names_everything_after_itself(helm: Path, helm_home: Pa
     assert set(found) == {
         ("PodMonitor", "team-a-gpushare"),
         ("PodMonitor", "team-a-gpushare-mps-daemon"),
+        ("PodMonitor", "team-a-gpushare-node-agent"),
         ("PrometheusRule", "team-a-gpushare"),
         ("ConfigMap", "team-a-gpushare-dashboard"),
     }
@@ -167,13 +182,14 @@ def test_another_release_names_everything_after_itself(helm: Path, helm_home: Pa
     assert namespaces == {
         ("PodMonitor", "team-a-gpushare"): "gpu-ops",
         ("PodMonitor", "team-a-gpushare-mps-daemon"): "team-a-mps",
+        ("PodMonitor", "team-a-gpushare-node-agent"): "gpushare-node",
         ("PrometheusRule", "team-a-gpushare"): "gpu-ops",
         ("ConfigMap", "team-a-gpushare-dashboard"): "grafana",
     }
     for key, doc in found.items():
         assert doc["metadata"]["labels"]["release"] == "kube-prometheus-stack", key
         assert doc["metadata"]["labels"]["app.kubernetes.io/instance"] == "team-a", key
-    for name in ("team-a-gpushare", "team-a-gpushare-mps-daemon"):
+    for name in ("team-a-gpushare", "team-a-gpushare-mps-daemon", "team-a-gpushare-node-agent"):
         selector = found[("PodMonitor", name)]["spec"]["selector"]["matchLabels"]
         assert selector["app.kubernetes.io/instance"] == "team-a"
     dashboard = found[("ConfigMap", "team-a-gpushare-dashboard")]["metadata"]
@@ -200,12 +216,21 @@ def test_another_release_names_everything_after_itself(helm: Path, helm_home: Pa
 def test_without_the_mps_daemon_no_mps_monitor_or_alerts(helm: Path, helm_home: Path) -> None:
     found = monitoring_objects(render(helm, helm_home, *ALL_ON))
     assert ("PodMonitor", "gpushare-mps-daemon") not in found
+    assert ("PodMonitor", "gpushare-node-agent") not in found
     groups = [g["name"] for g in found[("PrometheusRule", "gpushare")]["spec"]["groups"]]
     (rule,) = kustomize_documents("prometheusrule.yaml")
     assert groups == [
-        g["name"] for g in rule["spec"]["groups"] if g["name"] != "gpushare-mps-daemon"
+        g["name"]
+        for g in rule["spec"]["groups"]
+        if g["name"] not in ("gpushare-mps-daemon", "gpushare-node-agent")
     ]
     assert groups == ["gpushare-webhook", "gpushare-apiserver"]
+    # The node agent alone: its monitor and its alerts, not the MPS daemon's.
+    found = monitoring_objects(render(helm, helm_home, *ALL_ON, *NODE_AGENT_ON))
+    assert ("PodMonitor", "gpushare-node-agent") in found
+    assert ("PodMonitor", "gpushare-mps-daemon") not in found
+    groups = [g["name"] for g in found[("PrometheusRule", "gpushare")]["spec"]["groups"]]
+    assert groups == ["gpushare-webhook", "gpushare-apiserver", "gpushare-node-agent"]
 
 
 # -- NetworkPolicy: Prometheus let in, or the install refused ------------------------------
@@ -304,6 +329,7 @@ def test_deploy_monitorings_podmonitors_scrape_ports_deploy_exposes() -> None:
     workloads = {
         "gpushare-webhook": (REPO / "deploy/base/deployment.yaml", "gpushare-system"),
         "gpushare-mps-daemon": (REPO / "deploy/mps-daemon/daemonset.yaml", "gpushare-mps"),
+        "gpushare-node-agent": (REPO / "deploy/node-agent/daemonset.yaml", "gpushare-node"),
     }
     monitors = kustomize_documents("podmonitors.yaml")
     assert sorted(m["metadata"]["name"] for m in monitors) == sorted(workloads)

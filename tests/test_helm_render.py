@@ -166,7 +166,10 @@ def test_other_namespace_failure_policy_pod_webhook_and_own_policies(
     policies = tmp_path / "policies"
     policies.mkdir()
     text = (REPO / "policies/default.yaml").read_text()
-    settings = "excludeNamespaces: [kube-system, kube-public, kube-node-lease, gpushare-system]"
+    settings = (
+        "excludeNamespaces: [kube-system, kube-public, kube-node-lease, gpushare-system, "
+        "gpushare-mps, gpushare-node]"
+    )
     assert settings in text
     own = text.replace(
         settings, 'excludeNamespaces: [kube-system, monitoring, "team-*", gpushare-system]'

@@ -1,12 +1,13 @@
 """The dashboard and the alerts in deploy/monitoring use only metrics the service exports.
 
-Both servers run for real and are scraped: ``gpushare serve`` (gunicorn, two workers, over
+The servers run for real and are scraped: ``gpushare serve`` (gunicorn, two workers, over
 TLS, as tests/server starts it; scraped on its plain-HTTP metrics port, ``--metrics-port``,
 which must serve every worker's counts and stay answering while clients hold connections)
-and ``gpushare mps-daemon`` with fake GPUs and the
-stand-in MPS control program (as tests/node runs it), its apiserver unreachable, which
-only keeps the node unlabelled; the webhook first admits one pod under a policy that counts
-shares. Every metric name in every dashboard target and every alert expression must be a
+and ``gpushare mps-daemon`` with fake GPUs and the stand-in MPS control program (as
+tests/node runs it), its apiserver unreachable, which only keeps the node unlabelled;
+``gpushare node-agent`` on a fake node (its NVML, pods and Node faked,
+tests/node/fake_gpu_node_agent.py); the webhook first admits one pod under a policy that
+counts shares. Every metric name in every dashboard target and every alert expression must be a
 sample name of one of those scrapes (or, for the showback panels, one of the
 kube-state-metrics series named below), and ``rate``/``increase`` must only see counters and
 histogram series. The structure of the PrometheusRule and of
@@ -46,6 +47,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from werkzeug.test import Client
 
+from tests.node.agent_fakes import fake_node_files
 from tests.node.node_fakes import A100, fake_gpus_file, mps_daemon_policy, write_fake_control
 from tests.server.support import (
     BUNDLED_POLICIES,
@@ -69,6 +71,7 @@ RULES = MONITORING / "prometheusrule.yaml"
 DASHBOARD = MONITORING / "gpushare-dashboard.json"
 RUNBOOKS = REPO / "docs" / "monitoring.md"
 FAKE_GPU_LAUNCHER = REPO / "tests" / "node" / "fake_gpu_launcher.py"
+FAKE_NODE_AGENT = REPO / "tests" / "node" / "fake_gpu_node_agent.py"
 
 # -- PromQL, read by Prometheus's own parser ---------------------------------------------------
 
@@ -243,6 +246,44 @@ def mps_exposition(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         process.wait(timeout=30)
 
 
+@pytest.fixture(scope="module")
+def node_agent_exposition(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``gpushare node-agent`` with a fake node (tests/node/agent_fakes.py): one GPU with a
+    capped pod's process, an uncapped one over its share, and a host process; scraped once
+    its first round is in the metrics."""
+    directory = tmp_path_factory.mktemp("node-agent")
+    inventory, pods, flags = fake_node_files(directory)
+    stderr = directory / "stderr"
+    with stderr.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, str(FAKE_NODE_AGENT), str(inventory), str(pods), "node-agent",
+             "--node-name", "gpu-node-1", "--listen", "127.0.0.1:0", *flags],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=log,
+        )  # fmt: skip
+    try:
+
+        def listening() -> str | None:
+            assert process.poll() is None, stderr.read_text()
+            for line in stderr.read_text().splitlines():
+                if line.startswith("{") and json.loads(line).get("event") == "listening":
+                    return str(json.loads(line)["address"])
+            return None
+
+        assert wait_until(lambda: listening() is not None, timeout=30), stderr.read_text()
+        body = ""
+
+        def audited() -> bool:
+            nonlocal body
+            body = http_get(f"http://{listening()}/metrics")
+            return "gpushare_node_gpu_processes 3.0" in body.splitlines()
+
+        assert wait_until(audited, timeout=30), stderr.read_text()
+        yield body
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
 def http_get(url: str) -> str:
     import urllib.request
 
@@ -281,10 +322,13 @@ QUOTA_SHARE_RESOURCE = f"requests.{SHARE_RESOURCE}"
 
 
 @pytest.fixture(scope="module")
-def exported(webhook_exposition: str, mps_exposition: str) -> dict[str, str]:
+def exported(
+    webhook_exposition: str, mps_exposition: str, node_agent_exposition: str
+) -> dict[str, str]:
     return (
         sample_types(webhook_exposition)
         | sample_types(mps_exposition)
+        | sample_types(node_agent_exposition)
         | KUBE_STATE_METRICS
         | APISERVER_METRICS
     )
@@ -322,7 +366,9 @@ def test_every_metric_the_dashboard_and_alerts_use_is_exported(
         for name in names
         if name not in exported
     ]
-    assert missing == [], f"not exported by the webhook or the MPS daemon: {missing}"
+    assert missing == [], (
+        f"not exported by the webhook, the MPS daemon or the node agent: {missing}"
+    )
 
 
 RATE_FUNCTIONS = {"rate", "irate", "increase", "resets"}
@@ -358,6 +404,23 @@ def test_the_live_values_the_alerts_read(webhook_exposition: str, mps_exposition
     assert values["gpushare_mps_gpus"] == 1.0
     # The apiserver is unreachable, so the node is never labelled ready.
     assert values["gpushare_mps_node_ready"] == 0.0
+
+
+@pytest.mark.server
+def test_the_node_agents_live_values(node_agent_exposition: str) -> None:
+    """The fake node's planted process: uncapped and over its share; the host process in no
+    pod, on a GPU a shared pod uses; the hook in the plugin's spec, so the limit enforced."""
+    values = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(node_agent_exposition)
+        for sample in family.samples
+        if not sample.labels
+    }
+    assert values["gpushare_node_gpu_processes_uncapped"] == 1.0
+    assert values["gpushare_node_gpu_processes_over_share"] == 1.0
+    assert values["gpushare_node_gpu_processes_unattributed"] == 1.0
+    assert values["gpushare_node_driver_memory_limit_enforced"] == 1.0
+    assert values["gpushare_node_audit_last_success_timestamp_seconds"] > time.time() - 300
 
 
 @pytest.mark.server
@@ -501,9 +564,13 @@ def test_the_showback_panels_read_the_share_resource_as_kube_state_metrics_names
 def test_the_webhook_scrape_keeps_the_pods_namespace() -> None:
     """The showback counter's namespace label is the admitted pod's: Prometheus would move
     it to exported_namespace under the PodMonitor's own namespace label without honorLabels."""
-    webhook, _ = yaml.safe_load_all((MONITORING / "podmonitors.yaml").read_text())
+    webhook, _, node_agent = yaml.safe_load_all((MONITORING / "podmonitors.yaml").read_text())
     assert webhook["metadata"]["name"] == "gpushare-webhook"
     (endpoint,) = webhook["spec"]["podMetricsEndpoints"]
+    assert endpoint["honorLabels"] is True
+    # Likewise the node agent's per-process series: the GPU process's namespace and pod.
+    assert node_agent["metadata"]["name"] == "gpushare-node-agent"
+    (endpoint,) = node_agent["spec"]["podMetricsEndpoints"]
     assert endpoint["honorLabels"] is True
 
 
@@ -604,6 +671,8 @@ ISSUE_TOPICS = {
     "certificate expiry": "gpushare_certificate_expiry_timestamp_seconds",
     "MPS daemon up": "gpushare_mps_daemon_up",
     "MPS node readiness": "gpushare_mps_node_ready",
+    "uncapped GPU processes": "gpushare_node_gpu_processes_uncapped",
+    "GPU processes over their share": "gpushare_node_gpu_processes_over_share",
 }
 
 

@@ -214,3 +214,96 @@ def test_the_mps_daemon_refuses_clashing_pools_as_invalid_policies() -> None:
     b = Policy("b", "b.yaml", Mode.MPS_DAEMON, (Pool("p", 4, gpu_memory_mib=2000),))
     with pytest.raises(InvalidPoliciesError, match="disagree on gpuMemory"):
         find_daemon_pool(PolicySet((a, b)), pool_name="p", node_config_label=None)
+
+
+# -- the driver memory limit: its hook, and the nodes that enforce it --------------------------
+
+ENFORCED = TEAM_A.replace(
+    "mode: time-slicing",
+    "mode: time-slicing\n  gpuMemory: 80Gi\n  enforcement: {driverMemoryLimit: require}",
+)
+NODES = """\
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: gpu-1
+    labels: {gpushare.io/driver-memory-limit: "false"}
+    annotations: {gpushare.io/driver-memory-limit-reason: "cgroup v1"}
+"""
+
+
+def check_nodes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy_text: str, nodes: str
+) -> tuple[int, str, str]:
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "a.yaml").write_text(policy_text)
+    (tmp_path / "nodes.yaml").write_text(nodes)
+    code = cli.main(["policy", "check", str(policies), "--nodes", str(tmp_path / "nodes.yaml")])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_require_without_an_enforcing_node_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = check_nodes(tmp_path, capsys, ENFORCED, NODES)
+    assert code == 2
+    [line] = err.splitlines()
+    assert line.startswith(f"{tmp_path / 'policies/a.yaml'}: spec.pools[0]: error: pods of pool ")
+    assert "'ts-half' will stay Pending (driverMemoryLimit: require): none of the 1 node(s)" in line
+    assert "(gpu-1: cgroup v1): run `gpushare node-agent` on the pool's nodes" in line
+    assert out.startswith(f"{tmp_path / 'policies'}: 1 error(s), 0 warning(s)")
+    # The same nodes, one of them enforcing: clean. Without --nodes: nothing is said.
+    enforcing = NODES + "- {apiVersion: v1, kind: Node, metadata: {name: gpu-2, labels: "
+    enforcing += '{gpushare.io/driver-memory-limit: "true"}}}\n'
+    (tmp_path / "policies").rename(tmp_path / "old")
+    assert check_nodes(tmp_path, capsys, ENFORCED, enforcing)[0] == 0
+    assert check(tmp_path / "old", capsys)[0] == 0
+
+
+def test_auto_without_an_enforcing_node_is_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = check_nodes(tmp_path, capsys, TEAM_A, NODES)
+    assert code == 0
+    assert ": spec.pools[0]: warning: pods of pool 'ts-half' run without the driver memory " in err
+    assert "(driverMemoryLimit: auto)" in err and out.endswith("1 warning(s))\n")
+
+
+def test_a_nodes_file_with_something_else_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = check_nodes(tmp_path, capsys, TEAM_A, "apiVersion: v1\nkind: Pod\n")
+    assert code == 2 and out == ""
+    assert f"{tmp_path / 'nodes.yaml'}: line 1: the document is a Pod, not a Node: give the " in err
+
+
+def test_a_mig_pool_that_writes_the_driver_limit_is_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = TEAM_A.replace(
+        "replicas: 2",
+        "replicas: 2\n      nodeSelector: {nvidia.com/gpu.product: A100-SXM4-40GB-MIG-3g.20gb}",
+    )
+    code, _, err = check(tmp_path, capsys, a=text)
+    assert code == 0
+    assert ": spec.pools[0]: warning: pool 'ts-half' of policy 'team-a' " in err
+    assert "selects MIG devices" in err
+
+
+def test_a_node_list_from_the_api_is_read_as_kubectl_s(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GET /api/v1/nodes answers a NodeList (JSON); kubectl get -o yaml a v1 List.
+    node_list = (
+        '{"apiVersion": "v1", "kind": "NodeList", "items": [{"apiVersion": "v1", "kind": '
+        '"Node", "metadata": {"name": "gpu-9", "labels": '
+        '{"gpushare.io/driver-memory-limit": "true"}}}]}'
+    )
+    code, out, err = check_nodes(tmp_path, capsys, ENFORCED, node_list)
+    assert (code, err) == (0, "")
+    assert out.startswith(f"{tmp_path / 'policies'}: ok (1 policy: team-a)")

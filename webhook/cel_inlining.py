@@ -16,6 +16,8 @@ are never folded).
 
 from __future__ import annotations
 
+import bisect
+import math
 import re
 from collections.abc import Sequence
 
@@ -26,6 +28,7 @@ _COMPREHENSIONS = ("map", "filter", "exists", "all", "exists_one")
 SHORT_BUDGET = 240
 # ...unless it builds a list: short text, but each evaluation allocates and walks one.
 _BUILDS_LIST = (".map(", ".filter(", ".split(", ".sort(")
+_PARENS = re.compile(r"[()]")
 
 
 def _references(name: str) -> re.Pattern[str]:
@@ -52,19 +55,22 @@ def _code_spans(text: str) -> list[tuple[int, int]]:
 
 
 def _in_code(position: int, spans: list[tuple[int, int]]) -> bool:
-    return any(start <= position < end for start, end in spans)
+    # The spans are in order and apart: the last one starting at or before ``position``.
+    index = bisect.bisect_right(spans, (position, math.inf)) - 1
+    return index >= 0 and position < spans[index][1]
 
 
 def _inside_comprehension(text: str, position: int, spans: list[tuple[int, int]]) -> bool:
     """Whether ``position`` lies within the arguments of a comprehension macro call."""
     opened: list[int] = []
-    for index in range(position):
-        if not _in_code(index, spans):
-            continue
-        if text[index] == "(":
-            opened.append(index)
-        elif text[index] == ")" and opened:
-            opened.pop()
+    for start, end in spans:
+        if start >= position:
+            break
+        for paren in _PARENS.finditer(text, start, min(end, position)):
+            if paren.group() == "(":
+                opened.append(paren.start())
+            elif opened:
+                opened.pop()
     for index in opened:
         head = text[:index].rstrip()
         if any(head.endswith("." + macro) for macro in _COMPREHENSIONS):

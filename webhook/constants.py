@@ -131,6 +131,10 @@ DEFAULT_EXCLUDED_NAMESPACES: tuple[str, ...] = (
     "kube-public",
     "kube-node-lease",
     "gpushare-system",
+    # gpushare's MPS daemon and node agent (deploy/mps-daemon, deploy/node-agent): they reach
+    # every GPU of their node through NVIDIA_VISIBLE_DEVICES, which policies refuse elsewhere.
+    "gpushare-mps",
+    "gpushare-node",
 )
 
 # -- NVIDIA device plugin and GPU Feature Discovery --------------------------------------------
@@ -211,3 +215,6 @@ NO_DEVICE_VALUES: tuple[str, ...] = ("void", "none", "")
 # spec), "false" otherwise; the reason it does not is in the annotation beside it.
 DRIVER_LIMIT_LABEL = f"{API_GROUP}/driver-memory-limit"
 DRIVER_LIMIT_REASON_ANNOTATION = f"{API_GROUP}/driver-memory-limit-reason"
+# Beside them, what the node agent found, as JSON: driver version, cgroup hierarchy, the hook
+# per GPU in the device plugin's CDI spec, the CDI kinds present, MPS readiness.
+DRIVER_LIMIT_FACTS_ANNOTATION = f"{API_GROUP}/driver-memory-limit-facts"

@@ -20,7 +20,7 @@ from webhook.compile import CompileRefusedError, compile_policies, notes
 from webhook.compile.common_shares import common_shares
 from webhook.compile.plan import DENIAL_ANNOTATION
 from webhook.compile.refusals import refusals
-from webhook.core import load_policies
+from webhook.core import DeviceVariables, load_policies
 from webhook.core.policy.model import PolicySet, ServerMemory
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,9 +46,10 @@ def test_the_default_policy_compiles_to_mutating_and_validating_policies() -> No
     assert mutating["failurePolicy"] == "Fail"
     assert [m["patchType"] for m in mutating["mutations"]] == ["JSONPatch"]
     conditions = {c["name"]: c["expression"] for c in mutating["matchConditions"]}
-    # The default policy denies asking by hand: its mutating policy refuses those pods too.
+    # The default policy denies asking by hand and device variables set by hand: its
+    # mutating policy refuses those pods too.
     assert set(conditions) == {
-        "requests-gpu-share-or-asks-by-hand",
+        "requests-gpu-share-or-asks-by-hand-or-sets-devices",
         "not-mirror-pod",
         "governed-by-policy",
     }
@@ -91,13 +92,20 @@ def test_the_denials_policy_reads_only_the_refusal_annotation() -> None:
 
 def test_only_a_policy_denying_requests_by_hand_matches_pods_without_annotations() -> None:
     policies = load_policies(DEFAULT)
-    allowing = dataclasses.replace(policies.policies[0], direct_requests="allow")
+    enforcement = dataclasses.replace(
+        policies.policies[0].enforcement, device_variables=DeviceVariables.ALLOW
+    )
+    allowing = dataclasses.replace(
+        policies.policies[0], direct_requests="allow", enforcement=enforcement
+    )
     documents = compile_policies(PolicySet((allowing,), policies.excluded_namespaces))
     conditions = {c["name"]: c["expression"] for c in documents[0]["spec"]["matchConditions"]}
     assert "nvidia.com/gpu.shared" not in conditions["requests-gpu-share"]
+    assert "NVIDIA_VISIBLE_DEVICES" not in conditions["requests-gpu-share"]
     denying = compile_policies(policies)[0]["spec"]
     conditions = {c["name"]: c["expression"] for c in denying["matchConditions"]}
-    assert "nvidia.com/gpu.shared" in conditions["requests-gpu-share-or-asks-by-hand"]
+    either = conditions["requests-gpu-share-or-asks-by-hand-or-sets-devices"]
+    assert "nvidia.com/gpu.shared" in either and "NVIDIA_VISIBLE_DEVICES" in either
     patch = denying["mutations"][0]["jsonPatch"]["expression"]
     assert "asks for nvidia.com/gpu.shared directly, which policy 'default'" in patch
 

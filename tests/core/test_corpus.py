@@ -157,6 +157,12 @@ def test_corpus_holds_every_case_the_issue_names() -> None:
         "deny-sidecar-asks-nvidia-gpu",
         "deny-init-container-asks-nvidia-gpu",
         "deny-second-container-asks-gpu-kai",
+        # issue 27: limits a workload cannot escape (the driver limit, hand-set variables)
+        "driver-limit-time-slicing-by-product",
+        "driver-limit-mps-hand-set-replaced",
+        "driver-limit-required-nodes",
+        "deny-device-variables-set-by-hand",
+        "deny-hand-set-driver-limit",
     }
     assert required <= {c.name for c in CASES}
 

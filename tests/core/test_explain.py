@@ -51,6 +51,10 @@ def test_explain_mutated_pod_names_policy_placement_and_each_value(
         "placement: pool 'ts-half' (1/2 of a GPU per slot) takes 1 slot = 0.5 of a GPU >= 0.5 "
         "asked",
         "resources: nvidia.com/gpu.shared: 1 in limits and requests of container 'notebook'",
+        # enforcement.driverMemoryLimit auto: a fraction of a pool of unknown memory.
+        "driver memory limit: none, since pool 'ts-half' declares no gpuMemory and the share's "
+        "size is unknown (enforcement.driverMemoryLimit: auto of policy 'default'; declare "
+        "gpuMemory to have the driver cap the pod)",
         "nodeSelector: nvidia.com/gpu.replicas=2",
         "nodeSelector: nvidia.com/gpu.sharing-strategy=time-slicing",
         "env TF_FORCE_GPU_ALLOW_GROWTH=true (TensorFlow grows, never caps)",

@@ -7,6 +7,7 @@ server's default) is a warning, or set to the share under ``inferenceServers.mem
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import jsonpatch
@@ -251,3 +252,90 @@ def test_explain_says_what_was_found_and_done() -> None:
         f"{VLLM_IMAGE}: set to 0.48, the share (was 0.9 (vLLM's default); "
         "inferenceServers.memory: set)"
     ]
+
+
+# -- sized against the pod's limits and what CUDA reports under them -----------------------------
+
+GPU_MIB = 81920  # gpuMemory 80Gi; headroom 2% = ceil(1638.4) = 1639Mi
+
+
+def _limited(container: dict[str, Any], memory: str = "warn", **spec: Any) -> Any:
+    """``mutate`` of a half-GPU pod under an 80Gi pool with the given spec fields."""
+    policies = policies_from(
+        simple_policy(
+            headroom="2%",
+            gpuMemory="80Gi",
+            fraction={"min": 0.05},
+            inferenceServers={"memory": memory},
+            **spec,
+        )
+    )
+    pod = make_pod({"gpu-fraction": "0.5"}, containers=[{"name": "srv", **container}])
+    outcome = mutate(pod, "x", policies, explain=True)
+    assert outcome.allowed, outcome.reasons
+    assert outcome.decision is not None
+    result = mutated_pod(pod, outcome.decision)
+    assert mutate(result, "x", policies).patch == []
+    assert all(len(w) < 120 for w in outcome.warnings)
+    assert isinstance(outcome.decision, Planned)
+    notes = [x for x in outcome.decision.explanation if x.startswith("inference server")]
+    return result["spec"]["containers"][0], outcome.warnings, notes
+
+
+REQUIRE = {"enforcement": {"driverMemoryLimit": "require"}}
+
+
+def test_under_require_the_flag_is_a_fraction_of_the_driver_limit() -> None:
+    # CUDA reports the 40960Mi limit as total: floor((40960 - 1639) / 40960, 1/1000) = 0.959,
+    # so vLLM's default 0.9 (36864Mi) fits, where 0.48 would leave half the share unused.
+    after, warnings, notes = _limited({"image": VLLM_IMAGE, "args": ["m"]}, **REQUIRE)
+    assert warnings == () and after["args"] == ["m"]
+    assert notes[0].endswith(
+        "at most floor((40960Mi driver limit - 1639Mi headroom) / 40960Mi, what CUDA reports "
+        "as total under the driver limit (driverMemoryLimit: require)) = 0.959"
+    )
+    _, warnings, _ = _limited(
+        {"image": VLLM_IMAGE, "args": ["m", "--gpu-memory-utilization", "0.97"]}, **REQUIRE
+    )
+    assert warnings == (
+        "container 'srv': vLLM --gpu-memory-utilization is 0.97, above 0.959 of its 40960Mi "
+        "limit: set it to 0.959 or lower",
+    )
+    after, _, _ = _limited(
+        {"image": VLLM_IMAGE, "args": ["m", "--gpu-memory-utilization=0.97"]}, "set", **REQUIRE
+    )
+    assert after["args"] == ["m", "--gpu-memory-utilization=0.959"]
+
+
+def test_the_reserved_memory_shrinks_the_limit_and_the_flag() -> None:
+    # limit floor(0.5 x (81920 - 2048)) = 39936Mi; require: (39936 - 1639) / 39936 -> 0.958.
+    reserved = {"driverMemoryLimit": "require", "reservedMemory": {"default": "2Gi"}}
+    after, _, _ = _limited({"image": VLLM_IMAGE, "args": ["m"]}, "set", enforcement=reserved)
+    assert after["args"] == ["m"]  # 0.9 fits
+    # auto: the node may not apply it, so CUDA may report the whole GPU: sized against it.
+    # (39936 - 1639) / 81920 = 0.4674... -> 0.467, below 0.48 - 2048 / 2 / 81920.
+    after, _, notes = _limited(
+        {"image": VLLM_IMAGE, "args": ["m"]},
+        "set",
+        enforcement={**reserved, "driverMemoryLimit": "auto"},
+    )
+    assert after["args"] == ["m", "--gpu-memory-utilization", "0.467"]
+    assert "/ 81920Mi, the whole GPU, so that it fits whether CUDA reports the GPU" in notes[0]
+
+
+def test_sized_against_the_whole_gpu_it_never_asks_more_than_its_limit() -> None:
+    # auto, no reservation: limit 40960Mi; 0.48 x 81920 = 39321.6Mi > 40960 - 1639 = 39321Mi.
+    after, _, _ = _limited({"image": VLLM_IMAGE, "args": ["m"]}, "set")
+    (value,) = after["args"][-1:]
+    assert value == "0.479"
+    assert math.ceil(float(value) * GPU_MIB) <= 40960 - 1639
+    # ... and whatever CUDA reports, the server starts: what it asks of a 40960Mi total is
+    # below the free memory there once the CUDA context (within the headroom) is taken.
+    assert math.ceil(float(value) * 40960) <= 40960 - 1639
+
+
+def test_under_mps_the_whole_gpu_even_with_require() -> None:
+    # The MPS pinned limit's effect on cudaMemGetInfo is not documented: sized against the GPU.
+    after, _, notes = _limited({"image": VLLM_IMAGE, "args": ["m"]}, "set", mode="mps", **REQUIRE)
+    assert after["args"][-1] == "0.479"
+    assert "(40960Mi MPS limit - 1639Mi headroom) / 81920Mi, the whole GPU" in notes[0]

@@ -74,6 +74,8 @@ def test_bundled_default_policy_loads_with_its_documented_values() -> None:
         "kube-public",
         "kube-node-lease",
         "gpushare-system",
+        "gpushare-mps",
+        "gpushare-node",
     }
 
 

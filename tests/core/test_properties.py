@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from webhook.constants import (
     APPLIED_ANNOTATION,
+    DRIVER_MEMORY_LIMIT_VAR,
     GPU_CONTAINER_NAMES,
     HELPER_CONTAINER_NAMES,
     MPS_MEMORY_LIMIT_VAR,
@@ -75,7 +76,8 @@ POLICIES = _load()
 NAMESPACES = {  # namespace → (policy, gpu-memory range in MiB when the policy declares memory)
     "research": ("default", None),
     "ml-train": ("ml-mps", (8192, 40960)),
-    "inference": ("inference-mps-daemon", (2458, 22118)),
+    # fraction.min..max of what an L4 leaves to pods: 24Gi less 2Gi reservedMemory.
+    "inference": ("inference-mps-daemon", (2458, 20275)),
     "team-a": ("team", None),
 }
 
@@ -89,6 +91,7 @@ GPUSHARE_ENV = [
     MPS_THREAD_PERCENTAGE_VAR,
     MPS_MEMORY_LIMIT_VAR,
     MPS_PIPE_DIRECTORY_VAR,
+    DRIVER_MEMORY_LIMIT_VAR,
     "NCCL_P2P_DISABLE",
 ]
 ENV_NAMES = [*GPUSHARE_ENV, "HOME", "MODEL_DIR", "OMP_NUM_THREADS"]
@@ -352,10 +355,15 @@ def test_other_containers_init_containers_and_other_fields_stay_identical(
     assert json.loads(new_meta["annotations"][APPLIED_ANNOTATION]) == decision.record
 
 
-def _enforced_names(policy: Policy, whole: bool) -> set[str]:
-    if whole or policy.mode is Mode.TIME_SLICING:
+def _enforced_names(policy: Policy, whole: bool, asks_memory: bool, pool: str | None) -> set[str]:
+    if whole:
         return set()
-    names = {MPS_THREAD_PERCENTAGE_VAR, MPS_MEMORY_LIMIT_VAR}
+    # The driver limit: wherever the share's memory is known (enforcement auto, the default).
+    memory = next((p.gpu_memory_mib for p in policy.pools if p.name == pool), None)
+    names = {DRIVER_MEMORY_LIMIT_VAR} if asks_memory or memory is not None else set()
+    if policy.mode is Mode.TIME_SLICING:
+        return names
+    names |= {MPS_THREAD_PERCENTAGE_VAR, MPS_MEMORY_LIMIT_VAR}
     if policy.mode is Mode.MPS_DAEMON:
         names.add(MPS_PIPE_DIRECTORY_VAR)
     return names
@@ -389,7 +397,8 @@ def test_user_env_is_kept_except_enforced_limits_and_nothing_is_duplicated(
     old_container = example.pod["spec"]["containers"][example.target]
     new_env = result["spec"]["containers"][example.target].get("env") or []
     old_env = old_container.get("env") or []
-    enforced = _enforced_names(decision.policy, whole)
+    asks_memory = "gpu-memory" in example.pod["metadata"]["annotations"]
+    enforced = _enforced_names(decision.policy, whole, asks_memory, decision.record.get("pool"))
     torch = _torch_gated(decision.policy, old_container["image"], whole)
     assert len(new_env) >= len(old_env)
     # With duplicate names the kubelet uses the last entry: that is the user's value.

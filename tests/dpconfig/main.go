@@ -21,8 +21,11 @@
 //   - api/config/v1/resources.go and consts.go: a resource name gets the "nvidia.com/"
 //     prefix when it has none, is at most 63 characters, and its name part must be a DNS
 //     subdomain.
-//   - api/config/v1/flags.go: the keys of flags (CommandLineFlags); their values are not
-//     checked, gpushare generates no flags.
+//   - api/config/v1/flags.go: the keys of flags (CommandLineFlags) and of flags.plugin
+//     (PluginCommandLineFlags); of their values only flags.plugin.deviceListStrategy, the
+//     one gpushare writes: one string or a list (deviceListStrategyFlag.UnmarshalJSON), each
+//     one of consts.go's strategies (strategy.go, NewDeviceListStrategies: "invalid
+//     strategy").
 //   - DisableResourceNamingInConfig (config.go, replicas.go): custom rename values and
 //     device selections are reset, so only renameByDefault can change the advertised name.
 //
@@ -67,7 +70,11 @@ type Result struct {
 	RenameByDefault            bool       `json:"renameByDefault"`
 	FailRequestsGreaterThanOne *bool      `json:"failRequestsGreaterThanOne"`
 	Resources                  []Resource `json:"resources"`
+	DeviceListStrategy         []string   `json:"deviceListStrategy,omitempty"`
 }
+
+// deviceListStrategies are consts.go's DeviceListStrategy* values.
+var deviceListStrategies = []string{"envvar", "volume-mounts", "cdi-annotations", "cdi-cri"}
 
 // Resource is one replicated resource after the package's defaults and resets.
 type Resource struct {
@@ -160,6 +167,13 @@ func parse(data []byte, result *Result) error {
 			"nvidiaDriverRoot", "nvidiaDevRoot", "gdrcopyEnabled", "gdsEnabled", "mofedEnabled",
 			"useNodeFeatureAPI", "deviceDiscoveryStrategy", "plugin", "gfd"); err != nil {
 			return err
+		}
+		if raw, ok := flags["plugin"]; ok {
+			strategies, err := parsePluginFlags(raw)
+			if err != nil {
+				return err
+			}
+			result.DeviceListStrategy = strategies
 		}
 	}
 	var sharing map[string]json.RawMessage
@@ -390,6 +404,40 @@ func validDeviceRef(ref string) bool {
 		return len(parts) == 3 && validDeviceRef(parts[0]) && strings.HasPrefix(parts[0], "GPU-")
 	}
 	return false
+}
+
+// parsePluginFlags checks flags.plugin's keys and returns its deviceListStrategy, if set.
+func parsePluginFlags(raw json.RawMessage) ([]string, error) {
+	var plugin map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &plugin); err != nil {
+		return nil, fmt.Errorf("flags.plugin: %v", err)
+	}
+	if err := onlyKeys("flags.plugin.", plugin, "passDeviceSpecs", "deviceListStrategy",
+		"deviceIDStrategy", "cdiAnnotationPrefix", "nvidiaCTKPath", "containerDriverRoot",
+		"sharedDevicesAllocationPolicy"); err != nil {
+		return nil, err
+	}
+	value, ok := plugin["deviceListStrategy"]
+	if !ok {
+		return nil, nil
+	}
+	var strategies []string
+	var single string
+	if err := json.Unmarshal(value, &single); err == nil {
+		strategies = []string{single}
+	} else if err := json.Unmarshal(value, &strategies); err != nil {
+		return nil, fmt.Errorf("invalid deviceListStrategy: %v", string(value))
+	}
+	for _, strategy := range strategies {
+		known := false
+		for _, k := range deviceListStrategies {
+			known = known || strategy == k
+		}
+		if !known {
+			return nil, fmt.Errorf("invalid strategy: %v", strategy)
+		}
+	}
+	return strategies, nil
 }
 
 // onlyKeys fails on keys the package does not define (see the package comment: stricter on

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from webhook.core.policy.enforcement import build_enforcement
 from webhook.core.policy.loader import load_policies
 from webhook.core.policy.model import Allocation, Mode, Policy, PolicySet, Pool
 from webhook.node.device_plugin_config import (
@@ -23,8 +24,10 @@ from webhook.node.device_plugin_config import (
     build_configs,
     config_map,
     guidance,
+    hook_problems,
 )
 from webhook.node.errors import DevicePluginConfigError
+from webhook.node.pools import PoolRef
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -41,6 +44,7 @@ spec:
   mode: time-slicing
   resourceName: nvidia.com/gpu
   wholeGpus: {max: 0}
+  enforcement: {driverMemoryLimit: "off"}   # no driver limit: no CDI injection either
   pools:
     - name: t4-ts
       replicas: 3
@@ -59,25 +63,40 @@ spec:
       replicas: 2
 """
 
-# config name -> what NVIDIA's parser must read back from it
+CDI = ["cdi-annotations", "cdi-cri"]
+
+
+def expect(
+    strategy: str,
+    replicas: int,
+    advertised: str,
+    *,
+    rename: bool = True,
+    fail_above_one: bool = True,
+    cdi: bool = False,
+) -> dict[str, Any]:
+    return {
+        "strategy": strategy,
+        "replicas": replicas,
+        "advertised": advertised,
+        "renameByDefault": rename,
+        "failRequestsGreaterThanOne": fail_above_one,
+        "deviceListStrategy": CDI if cdi else None,
+    }
+
+
+# config name -> what NVIDIA's parser must read back from it. Pools of a policy that relies on
+# the driver memory limit (inject, require) inject through CDI, where its hook runs; under the
+# default (auto) and off the plugin passes devices as before (its default, envvar).
 EXPECTED: dict[str, dict[str, Any]] = {
-    "ts-half": {"strategy": "time-slicing", "replicas": 2, "advertised": "nvidia.com/gpu.shared",
-                "renameByDefault": True, "failRequestsGreaterThanOne": True},
-    "ts-quarter": {"strategy": "time-slicing", "replicas": 4,
-                   "advertised": "nvidia.com/gpu.shared", "renameByDefault": True,
-                   "failRequestsGreaterThanOne": True},
-    "mps-2": {"strategy": "mps", "replicas": 2, "advertised": "nvidia.com/gpu.shared",
-              "renameByDefault": True, "failRequestsGreaterThanOne": True},
-    "mps-4": {"strategy": "mps", "replicas": 4, "advertised": "nvidia.com/gpu.shared",
-              "renameByDefault": True, "failRequestsGreaterThanOne": True},
-    "mps-8": {"strategy": "mps", "replicas": 8, "advertised": "nvidia.com/gpu.shared",
-              "renameByDefault": True, "failRequestsGreaterThanOne": True},
+    "ts-half": expect("time-slicing", 2, "nvidia.com/gpu.shared"),
+    "ts-quarter": expect("time-slicing", 4, "nvidia.com/gpu.shared"),
+    "mps-2": expect("mps", 2, "nvidia.com/gpu.shared"),
+    "mps-4": expect("mps", 4, "nvidia.com/gpu.shared"),
+    "mps-8": expect("mps", 8, "nvidia.com/gpu.shared"),
     # mps-daemon: the device plugin time-slices and counts; count allocation takes several.
-    "l4-mps": {"strategy": "time-slicing", "replicas": 10,
-               "advertised": "nvidia.com/gpu.shared", "renameByDefault": True,
-               "failRequestsGreaterThanOne": False},
-    "t4-three-way": {"strategy": "time-slicing", "replicas": 3, "advertised": "nvidia.com/gpu",
-                     "renameByDefault": False, "failRequestsGreaterThanOne": True},
+    "l4-mps": expect("time-slicing", 10, "nvidia.com/gpu.shared", fail_above_one=False),
+    "t4-three-way": expect("time-slicing", 3, "nvidia.com/gpu", rename=False),
 }  # fmt: skip
 
 
@@ -171,6 +190,7 @@ def summary(parsed: dict[str, Any]) -> dict[str, Any]:
         "advertised": resource["advertised"],
         "renameByDefault": parsed["renameByDefault"],
         "failRequestsGreaterThanOne": parsed["failRequestsGreaterThanOne"],
+        "deviceListStrategy": parsed.get("deviceListStrategy"),
     }
 
 
@@ -197,6 +217,8 @@ def test_structural_parser_rejects_what_nvidia_rejects(tmp_path: Path) -> None:
         "misplaced-rename": "version: v1\nflags:\n  renameByDefault: true\n",
         "bad-name": "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
         "    - name: nvidia.com/GPU_\n      replicas: 2\n",
+        "bad-strategy": "version: v1\nflags:\n  plugin:\n    deviceListStrategy: [cdi]\n",
+        "misplaced-strategy": "version: v1\nflags:\n  deviceListStrategy: cdi-cri\n",
     }
     files = []
     for name, text in bad.items():
@@ -209,6 +231,20 @@ def test_structural_parser_rejects_what_nvidia_rejects(tmp_path: Path) -> None:
     assert "no resources specified" in parsed["no-resources"]["error"]
     assert "unknown field(s) flags.renameByDefault" in parsed["misplaced-rename"]["error"]
     assert "incorrect format for resource name" in parsed["bad-name"]["error"]
+    assert "invalid strategy: cdi" in parsed["bad-strategy"]["error"]
+    assert "unknown field(s) flags.deviceListStrategy" in parsed["misplaced-strategy"]["error"]
+
+
+def test_structural_parser_reads_one_strategy_or_a_list(tmp_path: Path) -> None:
+    # api/config/v1/flags.go deviceListStrategyFlag.UnmarshalJSON: a string or a list.
+    files = []
+    for name, value in (("one", "cdi-cri"), ("two", "[envvar, cdi-cri]")):
+        files.append(tmp_path / f"{name}.yaml")
+        files[-1].write_text(f"version: v1\nflags:\n  plugin:\n    deviceListStrategy: {value}\n")
+    code, parsed = parse_with(go_binary(HERE, "dpconfig"), files)
+    assert code == 0, parsed
+    assert parsed["one"]["deviceListStrategy"] == ["cdi-cri"]
+    assert parsed["two"]["deviceListStrategy"] == ["envvar", "cdi-cri"]
 
 
 # -- the generator ----------------------------------------------------------------------------
@@ -404,3 +440,58 @@ def test_helm_values_format(policy_dir: Path) -> None:
         "data": configmap["data"],
     }
     assert "    ts-half: |\n      version: v1\n" in result.stdout  # readable blocks
+
+
+# -- the driver memory limit: CDI injection -------------------------------------------------
+
+
+def limited(name: str, setting: str, pool: Pool, mode: Mode = Mode.TIME_SLICING) -> Policy:
+    return Policy(name, f"{name}.yaml", mode, (pool,),
+                  enforcement=build_enforcement({"driverMemoryLimit": setting}))  # fmt: skip
+
+
+def test_only_configs_of_pools_that_write_the_limit_inject_through_cdi() -> None:
+    configs = build_configs(
+        ref_set(
+            limited("a", "require", Pool("req", 2)),
+            limited("b", "off", Pool("plain", 4)),
+            limited("c", "inject", Pool("daemon", 4), Mode.MPS_DAEMON),
+            # auto writes the limit where it can, without changing how devices are passed
+            limited("d", "auto", Pool("auto", 8)),
+            # other schemes write no driver limit, whatever the default says
+        )
+    )
+    assert {c.name: c.injects_through_cdi for c in configs} == {
+        "req": True, "plain": False, "daemon": True, "auto": False,
+    }  # fmt: skip
+    assert configs[0].document["flags"] == {"plugin": {"deviceListStrategy": CDI}}
+    assert "flags" not in configs[1].document
+
+
+def test_a_config_shared_with_a_limited_pool_injects_through_cdi_for_both() -> None:
+    (config,) = build_configs(
+        ref_set(limited("a", "off", Pool("shared", 2)), limited("b", "inject", Pool("shared", 2)))
+    )
+    assert config.injects_through_cdi
+
+
+def test_guidance_names_the_cdi_configs_and_the_operator_value() -> None:
+    configs = build_configs(
+        ref_set(limited("a", "require", Pool("x", 2)), limited("b", "auto", Pool("y", 2)))
+    )
+    text = guidance(configs, name="cm", namespace="ns")
+    assert "# Configs [x] inject GPUs through CDI" in text
+    assert "set cdi.enabled=true" in text and "DEVICE_LIST_STRATEGY env outranks" in text
+    plain = guidance(configs[1:], name="cm", namespace="ns")
+    assert "CDI" not in plain
+
+
+def test_pools_whose_pods_the_hook_cannot_cover() -> None:
+    mig = Pool("mig", 2, node_selector={"nvidia.com/gpu.product": "A100-SXM4-40GB-MIG-1g.5gb"})
+    (problem,) = hook_problems(PoolRef(limited("a", "auto", mig), mig))
+    assert "selects MIG devices" in problem and "set driverMemoryLimit: off" in problem
+    assert hook_problems(PoolRef(limited("b", "off", mig), mig)) == []
+    one = Pool("one", 1)
+    (problem,) = hook_problems(PoolRef(limited("c", "require", one), one))
+    assert "has no generated device-plugin config" in problem
+    assert "flags.plugin.deviceListStrategy [cdi-annotations, cdi-cri]" in problem

@@ -169,6 +169,213 @@ CHOICE = [
 ]
 
 
+# Enforcement (issue 27): the driver limit in MiB, placement on enforcing nodes and the
+# reservation of a GPU model under MPS, hand-set limits refused; under auto, none for a
+# fraction on a pool of unknown memory, the ask itself for a memory ask sized by the nodes,
+# hand-set limits replaced; device variables.
+ENFORCEMENT_POLICIES = """\
+apiVersion: gpushare.io/v1alpha1
+kind: GpuSharingPolicy
+metadata: {name: enforced}
+spec:
+  match: {namespaces: ["enforced-*"]}
+  mode: mps
+  gpuMemory: 16Gi
+  fraction: {min: 0.1, max: 0.5}
+  pools:
+    - {name: t4, replicas: 4, nodeSelector: {nvidia.com/gpu.product: Tesla-T4}}
+    - {name: half, replicas: 2}
+  enforcement:
+    driverMemoryLimit: require
+    reservedMemory: {default: 256Mi, products: {Tesla-T4: 450Mi}}
+    handSetLimits: deny
+---
+apiVersion: gpushare.io/v1alpha1
+kind: GpuSharingPolicy
+metadata: {name: mixed}
+spec:
+  match: {namespaces: ["mixed-*"]}
+  mode: time-slicing
+  fraction: {min: 0.05, max: 0.5}
+  pools:
+    - {name: sized, replicas: 4, gpuMemory: 24Gi}
+    - {name: unsized, replicas: 2}
+  enforcement: {driverMemoryLimit: auto, handSetLimits: override}
+"""
+
+
+def _pod(
+    name: str,
+    annotations: dict[str, str] | None = None,
+    env: list[dict[str, Any]] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": "busybox"}
+    if env is not None:
+        container["env"] = env
+    metadata: dict[str, Any] = {"name": name}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {"containers": [container], **spec},
+    }
+
+
+def _env(name: str, value: str) -> dict[str, str]:
+    return {"name": name, "value": value}
+
+
+_LIMIT, _REQUEST = "NVIDIA_GPU_MEMORY_LIMIT", "NVIDIA_GPU_MEMORY_REQUEST"
+_VISIBLE = "NVIDIA_VISIBLE_DEVICES"
+_FROM = {"valueFrom": {"configMapKeyRef": {"name": "limits", "key": "mib"}}}
+ENFORCEMENT = (
+    [
+        Case(f"enforced/{name}", "enforced-a", _pod(name, annotations, env, **spec))
+        for name, annotations, env, spec in [
+            ("quarter-t4", {"gpu-fraction": "0.25"}, None, {}),
+            ("general-half", {"gpu-fraction": "0.4"}, None, {}),
+            ("odd-share", {"gpu-fraction": "0.123"}, None, {}),
+            ("memory-ask", {"gpu-memory": "3Gi"}, None, {}),
+            ("memory-whole-slot", {"gpu-memory": "3983Mi"}, None, {}),
+            ("memory-over-reserved", {"gpu-memory": "4000Mi"}, None, {}),
+            ("memory-over-slot", {"gpu-memory": "3983.4Mi"}, None, {}),
+            (
+                "limit-as-planned",
+                {"gpu-fraction": "0.25"},
+                [_env(_REQUEST, "3983"), _env(_LIMIT, "3983")],
+                {},
+            ),
+            ("limit-raised", {"gpu-fraction": "0.25"}, [_env(_LIMIT, "99999")], {}),
+            ("limit-from", {"gpu-fraction": "0.25"}, [{"name": _LIMIT, **_FROM}], {}),
+            (
+                "limit-quoted",
+                {"gpu-fraction": "0.123"},
+                [_env(_REQUEST, 'it\'s a \\ "test"\n')],
+                {},
+            ),
+            (
+                "threads-raised",
+                {"gpu-fraction": "0.25"},
+                [_env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "90")],
+                {},
+            ),
+            ("whole-with-limit", {"gpu-fraction": "1"}, [_env(_LIMIT, "16384")], {}),
+            (
+                "not-enforcing-node",
+                {"gpu-fraction": "0.25"},
+                None,
+                {"nodeSelector": {"gpushare.io/driver-memory-limit": "false"}},
+            ),
+            (
+                "devices-before-all",
+                {"gpu-fraction": "x"},
+                [_env(_VISIBLE, "all"), _env(_LIMIT, "1")],
+                {},
+            ),
+        ]
+    ]
+    + [
+        Case(f"mixed/{name}", "mixed-a", _pod(name, annotations, env))
+        for name, annotations, env in [
+            ("sized-quarter", {"gpu-fraction": "0.25"}, [_env(_LIMIT, "1")]),
+            ("unsized-half", {"gpu-fraction": "0.5"}, None),
+            ("memory-by-nodes", {"gpu-memory": "8Gi"}, None),
+            ("memory-sized", {"gpu-memory": "5Gi"}, [{"name": _REQUEST, **_FROM}]),
+        ]
+    ]
+    + [
+        Case("devices/plain-all", "default", _pod("d1", env=[_env(_VISIBLE, "all")])),
+        Case("devices/plain-void", "default", _pod("d2", env=[_env(_VISIBLE, "void")])),
+        Case("devices/plain-empty", "default", _pod("d3", env=[{"name": _VISIBLE}])),
+        Case(
+            "devices/cuda-init",
+            "default",
+            _pod(
+                "d4",
+                initContainers=[
+                    {"name": "init", "image": "busybox", "env": [_env("CUDA_VISIBLE_DEVICES", "0")]}
+                ],
+            ),
+        ),
+        Case(
+            "devices/privileged",
+            "default",
+            {
+                **_pod("d8"),
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "busybox",
+                            "env": [_env(_VISIBLE, "all")],
+                            "securityContext": {"privileged": True},
+                        }
+                    ]
+                },
+            },
+        ),
+        Case(
+            "devices/kai",
+            "default",
+            _pod("d5", env=[_env(_VISIBLE, "all")], schedulerName="kai-scheduler"),
+        ),
+        Case(
+            "devices/annotated",
+            "ml-devices",
+            _pod(
+                "d6",
+                {"gpu-fraction": "0.25"},
+                [_env(_VISIBLE, "GPU-1"), _env("CUDA_VISIBLE_DEVICES", "1")],
+            ),
+        ),
+        Case(
+            "devices/and-by-hand",
+            "default",
+            {
+                **_by_hand("d7", "containers", "limits", "nvidia.com/gpu.shared"),
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "busybox",
+                            "resources": {"limits": {"nvidia.com/gpu.shared": "1"}},
+                            "env": [{"name": _VISIBLE, **_FROM}],
+                        }
+                    ]
+                },
+            },
+        ),
+    ]
+)
+# What the enforcement cases must come to under the webhook (so that the comparison means
+# something): admitted (with the driver limit where given) or refused, with these words.
+ENFORCEMENT_EXPECTED = {
+    "enforced/quarter-t4": "3983",
+    "enforced/general-half": "6451",
+    "enforced/memory-ask": "3072",
+    "enforced/memory-whole-slot": "3983",
+    # A memory ask is its share of what a GPU leaves to pods: too much for a T4 slot once
+    # the T4's reservation is kept, it takes a slot of the other pool.
+    "enforced/memory-over-reserved": "4000",
+    "enforced/memory-over-slot": "ask for at most 3983Mi",
+    "enforced/limit-as-planned": "3983",
+    "enforced/limit-raised": "enforcement.handSetLimits: deny",
+    "enforced/limit-from": "set by hand from valueFrom",
+    "enforced/whole-with-limit": "gpushare sets no NVIDIA_GPU_MEMORY_LIMIT for this pod",
+    "enforced/devices-before-all": "NVIDIA_VISIBLE_DEVICES is set by hand in container 'main'",
+    "mixed/sized-quarter": "6144",
+    "mixed/unsized-half": "",
+    "mixed/memory-by-nodes": "8192",
+    "devices/plain-all": "enforcement.deviceVariables: deny",
+    "devices/plain-void": "",
+    "devices/cuda-init": "CUDA_VISIBLE_DEVICES is set by hand in init container 'init'",
+    "devices/kai": "",
+}
+
+
 DIGEST = "@sha256:" + "ab" * 32
 # Image references the framework knobs read: Docker Hub's implicit names, digests, a registry
 # port, TensorFlow tags below and above the growth knob's first release (1.12.0), JAX images.
@@ -199,6 +406,7 @@ def _image_case(index: int, image: str) -> Case:
 
 def _corpus_cases() -> list[Case]:
     cases = list(BY_HAND) + list(CHOICE) + [_image_case(i, image) for i, image in enumerate(IMAGES)]
+    cases += ENFORCEMENT
     for folder in sorted(p for p in CORPUS.iterdir() if (p / "pod.yaml").exists()):
         pod = yaml.safe_load((folder / "pod.yaml").read_text(encoding="utf-8"))
         namespace_file = folder / "namespace"
@@ -377,6 +585,33 @@ def assert_same(
     assert not differences, "\n".join(differences)
 
 
+def assert_enforcement(cases: list[Case], by_webhook: list[Outcome]) -> None:
+    """The webhook's own outcome of each enforcement case is the one meant: a driver limit
+    in NVIDIA_GPU_MEMORY_REQUEST and _LIMIT (and the enforcing nodes under require), or a
+    refusal naming why."""
+    found = {}
+    for case, outcome in zip(cases, by_webhook, strict=True):
+        if case.name not in ENFORCEMENT_EXPECTED:
+            continue
+        if not outcome.admitted:
+            found[case.name] = outcome.message
+            continue
+        assert outcome.pod is not None
+        (main,) = [c for c in outcome.pod["spec"]["containers"] if c["name"] == "main"]
+        env = {e["name"]: e.get("value") for e in main.get("env", [])}
+        found[case.name] = env.get("NVIDIA_GPU_MEMORY_LIMIT") or ""
+        assert env.get("NVIDIA_GPU_MEMORY_REQUEST") == env.get("NVIDIA_GPU_MEMORY_LIMIT")
+        if case.namespace == "enforced-a":
+            selector = outcome.pod["spec"]["nodeSelector"]
+            assert selector["gpushare.io/driver-memory-limit"] == "true", case.name
+    wrong = {
+        name: found[name]
+        for name, expected in ENFORCEMENT_EXPECTED.items()
+        if not (found[name] == expected or (expected and expected in found[name]))
+    }
+    assert not wrong, wrong
+
+
 def _compilable(source: Path, target: Path) -> Path:
     """The e2e policy set with the settings the compiler refuses turned off."""
     target.mkdir(parents=True, exist_ok=True)
@@ -396,7 +631,10 @@ def _compilable(source: Path, target: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def compilable_policies(tmp_path_factory: pytest.TempPathFactory, webhook_policies: Path) -> Path:
-    return _compilable(webhook_policies, tmp_path_factory.mktemp("compilable"))
+    """The e2e set, compilable, with the enforcement policies beside it."""
+    target = _compilable(webhook_policies, tmp_path_factory.mktemp("compilable"))
+    (target / "enforcement.yaml").write_text(ENFORCEMENT_POLICIES)
+    return target
 
 
 @pytest.fixture(scope="module")
@@ -474,6 +712,7 @@ def test_every_corpus_pod_is_admitted_or_denied_alike(
         if c.name in CONTAINER_CHOICE
     }
     assert chosen == CONTAINER_CHOICE
+    assert_enforcement(cases, by_webhook)
     by_hand = {c.name: o for c, o in zip(cases, by_webhook, strict=True) if c in BY_HAND}
     assert [n for n, o in by_hand.items() if not o.admitted] == [
         "by-hand/limits",

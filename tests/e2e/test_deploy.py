@@ -49,6 +49,7 @@ KUSTOMIZATIONS = (
     "overlays/gpushare-certs",
     "overlays/cert-manager",
     "mps-daemon",
+    "node-agent",  # dry run below
     "dra-templates",  # applied (server-side dry run) in test_dra.py
     "dra-templates-namespaced",  # likewise, its Roles for real
     "share-capacity",  # run in tests/e2e/test_share_capacity.py
@@ -460,6 +461,21 @@ def test_mps_daemon_dry_runs(control_plane: ControlPlane) -> None:
     assert {d["kind"] for d in rest} >= {"DaemonSet", "ServiceAccount", "ClusterRole", "ConfigMap"}
 
 
+def test_node_agent_dry_runs(control_plane: ControlPlane) -> None:
+    rendered = kustomize(control_plane, DEPLOY / "node-agent")
+    control_plane.kubectl(
+        "apply", "-f", "-", input=yaml.safe_dump_all(by_kind(rendered, "Namespace"))
+    )
+    rest = [d for d in rendered if d["kind"] != "Namespace"]
+
+    result = server_side_apply(control_plane, rest, dry_run=True)
+
+    assert result.stdout.count("serverside-applied (server dry run)") == len(rest), result.stdout
+    assert {d["kind"] for d in rest} == {
+        "DaemonSet", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+    }  # fmt: skip
+
+
 def test_the_monitoring_kustomization_renders_the_dashboard_alerts_and_scrapes(
     control_plane: ControlPlane,
 ) -> None:
@@ -470,6 +486,7 @@ def test_the_monitoring_kustomization_renders_the_dashboard_alerts_and_scrapes(
     kinds = sorted((d["kind"], d["metadata"]["name"]) for d in rendered)
     assert [kind for kind, _ in kinds] == [
         "ConfigMap",
+        "PodMonitor",
         "PodMonitor",
         "PodMonitor",
         "PrometheusRule",

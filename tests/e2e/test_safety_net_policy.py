@@ -195,6 +195,8 @@ def test_a_node_selector_moved_to_another_pool_is_refused(
 
 THREADS = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 MEMORY = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+DRIVER_LIMIT = "NVIDIA_GPU_MEMORY_LIMIT"
+DRIVER_REQUEST = "NVIDIA_GPU_MEMORY_REQUEST"
 
 
 @pytest.mark.parametrize(
@@ -204,8 +206,19 @@ MEMORY = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
         (THREADS, "100", f"{THREADS} at most 25"),
         (MEMORY, "0=81920M", f"{MEMORY} at most 0=20480M"),
         (MEMORY, "unlimited", f"{MEMORY} at most 0=20480M"),
+        (DRIVER_LIMIT, "81920", f"{DRIVER_LIMIT} at most 20480"),
+        (DRIVER_REQUEST, None, f"{DRIVER_REQUEST} at most 20480"),
+        (DRIVER_LIMIT, "20480Mi", f"{DRIVER_LIMIT} at most 20480"),
     ],
-    ids=["thread-limit-removed", "thread-limit-raised", "memory-raised", "memory-garbled"],
+    ids=[
+        "thread-limit-removed",
+        "thread-limit-raised",
+        "memory-raised",
+        "memory-garbled",
+        "driver-limit-raised",
+        "driver-request-removed",
+        "driver-limit-not-mib",
+    ],
 )
 def test_mps_hard_limits_removed_or_loosened_are_refused(
     mutation_down: GpushareWebhook,
@@ -215,7 +228,8 @@ def test_mps_hard_limits_removed_or_loosened_are_refused(
     expected: str,
 ) -> None:
     """A quarter of an 80 GiB GPU on pool mps-4 (one slot): at most 25% of the threads and
-    20480 MiB; the webhook set exactly that, and nothing looser may replace it."""
+    20480 MiB, for MPS and for the driver (NVIDIA_GPU_MEMORY_*, whole MiB); the webhook set
+    exactly that, and nothing looser may replace it."""
     namespace = namespace_named(core_v1, "ml-")
     mutated = as_mutated(mutation_down, annotated_pod("loosened", "0.25"), namespace)
     version = json.loads(mutated["metadata"]["annotations"][APPLIED_ANNOTATION])["policyVersion"]
@@ -269,6 +283,120 @@ def test_a_pod_mutated_under_another_policy_version_is_not_judged_by_this_one(
     admitted = create_pod(mutation_down.api, namespace, mutated).pod
 
     assert admitted["spec"]["nodeSelector"]["nvidia.com/gpu.replicas"] == "4"
+
+
+# -- device variables, in every pod a policy refusing them governs ---------------------------
+
+
+def with_env(pod: dict[str, Any], entry: dict[str, Any], field: str = "containers") -> None:
+    """``entry`` in the env of the pod's first container (or a new init container)."""
+    if field == "initContainers":
+        pod["spec"]["initContainers"] = [
+            {"name": "prefetch", "image": pod["spec"]["containers"][0]["image"]}
+        ]
+    container = pod["spec"][field][0]
+    container["env"] = [{"name": "LOG_LEVEL", "value": "info"}, entry]
+
+
+def device_refusal(container: str, name: str) -> str:
+    return (
+        f"{name} is set by hand in {container}, which policy 'default' does not allow "
+        "(enforcement.deviceVariables: deny)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("entry", "field", "container"),
+    [
+        ({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}, "containers", "container 'main'"),
+        (
+            {"name": "CUDA_VISIBLE_DEVICES", "value": "0"},
+            "initContainers",
+            "init container 'prefetch'",
+        ),
+        (
+            {
+                "name": "NVIDIA_VISIBLE_DEVICES",
+                "valueFrom": {"configMapKeyRef": {"name": "gpus", "key": "visible"}},
+            },
+            "containers",
+            "container 'main'",
+        ),
+    ],
+    ids=["visible-all", "cuda-in-init", "visible-from-configmap"],
+)
+def test_a_device_variable_set_by_hand_is_refused_in_a_pod_gpushare_never_saw(
+    gpushare_webhook: GpushareWebhook,
+    namespace: str,
+    entry: dict[str, Any],
+    field: str,
+    container: str,
+) -> None:
+    """No annotation, no shared resource: the webhooks' filters let this pod by, but the
+    default policy (enforcement.deviceVariables: deny by default) governs its namespace."""
+    pod = plain_pod("devices")
+    with_env(pod, entry, field)
+
+    message = refused(gpushare_webhook, namespace, pod)
+
+    verdict = validate(pod, namespace, load_policies(gpushare_webhook.policies))
+    assert message == " ".join(verdict.reasons)
+    assert message.startswith(device_refusal(container, entry["name"]))
+
+
+def test_every_device_variable_is_named_before_a_hand_ask(
+    mutation_down: GpushareWebhook, namespace: str
+) -> None:
+    """One sentence per variable, containers then init containers, ahead of the shared
+    resource asked by hand: the webhook's validate says the same, in that order."""
+    shared = {SHARED_RESOURCE: "1"}
+    pod = plain_pod("many", resources={"limits": shared})
+    with_env(pod, {"name": "CUDA_VISIBLE_DEVICES", "value": "1"}, "initContainers")
+    pod["spec"]["containers"][0]["env"] = [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "GPU-0"},
+        {"name": "CUDA_VISIBLE_DEVICES", "value": "0"},
+    ]
+
+    message = refused(mutation_down, namespace, pod)
+
+    reasons = validate(pod, namespace, load_policies(mutation_down.policies)).reasons
+    assert message == " ".join(reasons)
+    assert [r.split(" is set by hand in ")[1].split(",")[0] for r in reasons] == [
+        "container 'main'",
+        "container 'main'",
+        "init container 'prefetch'",
+    ]
+
+
+def test_device_variables_exposing_no_gpu_and_kai_pods_are_let_through(
+    gpushare_webhook: GpushareWebhook, namespace: str
+) -> None:
+    """void, none and the empty string hide every GPU (nvidia-container-toolkit); KAI's
+    binder sets NVIDIA_VISIBLE_DEVICES from a ConfigMap of its own; a namespace no policy
+    governs (kube-system) is not checked."""
+    for index, value in enumerate(("void", "none", "")):
+        pod = plain_pod(f"no-gpu-{index}")
+        with_env(pod, {"name": "NVIDIA_VISIBLE_DEVICES", "value": value})
+        admitted = create_pod(gpushare_webhook.api, namespace, pod).pod
+        assert admitted["spec"]["containers"][0]["env"][-1]["name"] == "NVIDIA_VISIBLE_DEVICES"
+
+    kai = plain_pod("kai")
+    kai["spec"]["schedulerName"] = "kai-scheduler"
+    with_env(kai, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
+    assert create_pod(gpushare_webhook.api, namespace, kai).pod["metadata"]["name"] == "kai"
+
+    # A privileged container reaches every device anyway: the GPU Operator's own pods set
+    # NVIDIA_VISIBLE_DEVICES=all in privileged containers.
+    operator = plain_pod("privileged")
+    with_env(operator, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
+    operator["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    created = create_pod(gpushare_webhook.api, namespace, operator, dry_run=True).pod
+    assert created["metadata"]["name"] == "privileged"
+
+    system = plain_pod(f"system-{uuid.uuid4().hex[:6]}")
+    with_env(system, {"name": "CUDA_VISIBLE_DEVICES", "value": "0"})
+    created = create_pod(gpushare_webhook.api, "kube-system", system, dry_run=True).pod
+    assert created["metadata"]["name"] == system["metadata"]["name"]
 
 
 # -- what the policy never touches ----------------------------------------------------------

@@ -165,7 +165,8 @@ def test_down_with_ignore_and_its_safety_net_admits_annotated_pods_unmutated(
     """Everything `webhook-config --failure-policy Ignore` prints, the webhook unreachable:
     the annotated pod is admitted as written, and the safety net printed with Ignore does not
     refuse it for being unmutated. Asking for the shared resource by hand is refused all the
-    same, without the annotation or with it: the webhook's absence excuses no hand ask."""
+    same, without the annotation or with it: the webhook's absence excuses no hand ask, nor
+    a device variable set by hand."""
     dead = f"https://127.0.0.1:{closed_port()}"
     documents = webhook.configuration("--failure-policy", "Ignore", url=dead)
     (policy,) = [d for d in documents if d["kind"] == "ValidatingAdmissionPolicy"]
@@ -210,6 +211,19 @@ def test_down_with_ignore_and_its_safety_net_admits_annotated_pods_unmutated(
         "pod (failurePolicy Ignore admits a pod as written, not a share asked for by hand): "
         "remove it; the pod's annotation asks for the share."
     )
+    # Nor does it excuse a device variable set by hand (enforcement.deviceVariables: deny),
+    # in a pod the webhook never sees or one it did not mutate.
+    devices = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}
+    for pod in (
+        plain_pod("devices", env=[devices]),
+        annotated_pod("annotated-devices", env=[devices]),
+    ):
+        with pytest.raises(ApiException) as caught:
+            create_pod(webhook.api, namespace, pod)
+        assert caught.value.status == 403
+        assert SAFETY_NET_DENIAL + "NVIDIA_VISIBLE_DEVICES is set by hand in container 'main'" in (
+            status_message(caught.value)
+        )
     stored = as_json(webhook.api, k8s.CoreV1Api(webhook.api).list_namespaced_pod(namespace))
     assert [p["metadata"]["name"] for p in stored["items"]] == ["annotated"]
     assert webhook.server.admissions(namespace) == []

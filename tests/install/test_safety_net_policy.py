@@ -25,13 +25,19 @@ from webhook.core import load_policies, load_policy_text
 from webhook.core.policy.model import PolicySet
 from webhook.core.policy.selection import select_policy
 from webhook.install.certs import write_certificates
+from webhook.install.device_checks import DEVICE_FILTER
 from webhook.install.policy_facts import (
     EnvLimit,
     glob_regex,
     policy_facts,
     selection_expression,
 )
-from webhook.install.validating_policy import SafetyNetError, check_actions
+from webhook.install.validating_policy import (
+    SafetyNetError,
+    SafetyNetSettings,
+    check_actions,
+    safety_net,
+)
 from webhook.install.webhook_config import not_mirror_pod_expression, shared_gpu_pod_expression
 
 REPO = Path(__file__).resolve().parents[2]
@@ -147,11 +153,65 @@ def test_the_facts_are_those_of_the_webhooks_plan() -> None:
         "nvidia.com/gpu.sharing-strategy": "mps",
     }
     # One slot of mps-4 is a quarter of an 80 GiB GPU: the most a pod there may be given.
+    # The driver's limit (enforcement.driverMemoryLimit: auto, the pool declares its memory)
+    # is bare MiB, checked as a bound like the MPS thread percentage.
     assert facts.env_limits[f"{key}/mps-4/1"] == {
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": EnvLimit(bound=25),
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": EnvLimit("0=", "M", 20480),
+        "NVIDIA_GPU_MEMORY_REQUEST": EnvLimit(bound=20480),
+        "NVIDIA_GPU_MEMORY_LIMIT": EnvLimit(bound=20480),
     }
     assert facts.env_limits[f"{key}/mps-2/2"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"].bound == 100
+    assert facts.device_denied == ("ml-mps",)
+
+
+ENFORCED_POLICY = """
+apiVersion: gpushare.io/v1alpha1
+kind: GpuSharingPolicy
+metadata: {name: enforced}
+spec:
+  default: true
+  mode: time-slicing
+  gpuMemory: 16Gi
+  pools:
+    - {name: t4, replicas: 4, nodeSelector: {nvidia.com/gpu.product: Tesla-T4}}
+    - {name: any, replicas: 2}
+  enforcement:
+    driverMemoryLimit: require
+    reservedMemory: {default: 256Mi, products: {Tesla-T4: 450Mi}}
+---
+apiVersion: gpushare.io/v1alpha1
+kind: GpuSharingPolicy
+metadata: {name: open}
+spec:
+  match: {namespaces: [open]}
+  mode: time-slicing
+  pools: [{name: half, replicas: 2}]
+  enforcement: {deviceVariables: allow, driverMemoryLimit: "off"}
+"""
+
+
+def test_the_driver_limit_is_bounded_by_the_usable_share_and_require_selects_enforcing_nodes() -> (
+    None
+):
+    """What a GPU leaves to pods (its memory less the reservation of its model) is shared
+    out: one T4 slot is a quarter of 16384 - 450 MiB; the enforcing-node label is part of
+    every pool's selector under require, and the device variables are refused but where a
+    policy allows them."""
+    policies = load_policy_text(ENFORCED_POLICY)
+    facts = policy_facts(policies)
+    enforced, _ = policies.policies
+    key = f"enforced@{enforced.version}"
+
+    assert facts.env_limits[f"{key}/t4/1"] == {
+        "NVIDIA_GPU_MEMORY_REQUEST": EnvLimit(bound=(16384 - 450) // 4),
+        "NVIDIA_GPU_MEMORY_LIMIT": EnvLimit(bound=(16384 - 450) // 4),
+    }
+    assert facts.env_limits[f"{key}/any/1"]["NVIDIA_GPU_MEMORY_LIMIT"].bound == (16384 - 256) // 2
+    for pool in ("t4", "any"):
+        assert facts.node_selectors[f"{key}/{pool}"]["gpushare.io/driver-memory-limit"] == "true"
+    assert not [k for k in facts.env_limits if k.startswith("open@")]
+    assert facts.device_denied == ("enforced",)
 
 
 def test_time_slicing_has_no_env_limits_and_a_policy_allowing_hand_asks_is_not_denied() -> None:
@@ -182,20 +242,21 @@ def test_webhook_config_prints_the_policy_and_binding_in_a_stable_order(
     assert binding["spec"] == {"policyName": "gpushare", "validationActions": ["Deny"]}
     assert policy["spec"]["failurePolicy"] == "Fail"
     assert ["messageExpression" in v for v in policy["spec"]["validations"]] == [
-        False, True, True, True, True, True,
+        False, True, True, True, True, True, True,
     ]  # fmt: skip
     names = [v["name"] for v in policy["spec"]["variables"]]
     assert len(names) == len(set(names))
     # The policy's filters are the webhooks': same namespaces, same pods.
     mutating = documents[0]["webhooks"][0]
     assert policy["spec"]["matchConstraints"]["namespaceSelector"] == mutating["namespaceSelector"]
-    # One condition: the webhooks' pod filters, then the checks, so only a pod some check
-    # refuses reaches the checks and their messages.
+    # One condition: the webhooks' pod filters, or (the bundled policy refusing the device
+    # variables in every pod it governs) a device variable set, then the checks, so only a
+    # pod some check refuses reaches the checks and their messages.
     conditions = policy["spec"]["matchConditions"]
     assert [c["name"] for c in conditions] == ["fails-a-check"]
     filters = (
-        f"({not_mirror_pod_expression()}) && "
-        f"({shared_gpu_pod_expression(('nvidia.com/gpu.shared',))}) && "
+        f"((({not_mirror_pod_expression()}) && "
+        f"({shared_gpu_pod_expression(('nvidia.com/gpu.shared',))})) || ({DEVICE_FILTER})) && "
     )
     assert conditions[0]["expression"].startswith(filters)
     assert "variables." not in conditions[0]["expression"]
@@ -229,7 +290,7 @@ def test_under_ignore_the_policy_lets_unmutated_pods_through_but_not_hand_asks(
     # The hand-ask check reads annotated pods too, but for mutated ones and KAI's.
     (hand,) = [v for v in ignore["variables"] if v["name"] == "handAsking"]
     assert "'kai-scheduler'" in hand["expression"]
-    assert "did not mutate this pod" in ignore["validations"][0]["messageExpression"]
+    assert "did not mutate this pod" in ignore["validations"][1]["messageExpression"]
     assert ignore["matchConstraints"] == fail["matchConstraints"]
     assert ignore["matchConditions"] != fail["matchConditions"]
 
@@ -299,3 +360,39 @@ def test_validation_actions_the_apiserver_refuses_are_refused_here(
     with pytest.raises(SafetyNetError, match=re.escape(message)):
         check_actions(actions)
     assert check_actions(["Deny", "Audit", "Deny"]) == ("Deny", "Audit")
+
+
+def test_device_variables_reach_the_checks_only_where_a_policy_refuses_them() -> None:
+    """Pods the webhooks never see (no annotation, no shared resource) enter the one
+    matchCondition only for a device variable, and only where some policy refuses them;
+    KAI's pods are left alone (its binder sets NVIDIA_VISIBLE_DEVICES from a ConfigMap)."""
+    settings = SafetyNetSettings(
+        name="gpushare",
+        failure_policy="Ignore",
+        namespace_selector={},
+        match_conditions=[{"name": "uses-gpu-share", "expression": "false"}],
+        refuse_unmutated=False,
+    )
+    refusing = safety_net(settings, load_policy_text(ENFORCED_POLICY))[0]["spec"]
+    (gate,) = refusing["matchConditions"]
+    assert gate["expression"].startswith(f"(((false)) || ({DEVICE_FILTER})) && ")
+    # Before the hand ask, as the webhook's validate reports it first.
+    assert "setsDevices" in refusing["validations"][0]["expression"]
+    assert refusing["validations"][0]["reason"] == "Forbidden"
+    assert "enforcement.deviceVariables: deny" in refusing["validations"][0]["messageExpression"]
+    (setters,) = [v["expression"] for v in refusing["variables"] if v["name"] == "setsDevices"]
+    assert "'kai-scheduler'" in setters and "['enforced']" in setters
+
+    (_, allowing) = load_policy_text(ENFORCED_POLICY).policies
+    only_open = load_policy_text(ENFORCED_POLICY.split("---")[1])
+    assert only_open.policies[0].name == allowing.name
+    spec = safety_net(settings, only_open)[0]["spec"]
+    assert spec["matchConditions"][0]["expression"].startswith("(false) && ")
+    assert "NVIDIA_VISIBLE_DEVICES" not in spec["matchConditions"][0]["expression"]
+
+
+def test_a_policy_handing_its_pods_to_kai_refuses_no_device_variables() -> None:
+    """KAI-Scheduler's pod mutator sets NVIDIA_VISIBLE_DEVICES itself, from a ConfigMap."""
+    policies = load_policies(REPO / "policies/examples/kai.yaml")
+    assert [p.mode.value for p in policies.policies] == ["kai"]
+    assert policy_facts(policies).device_denied == ()

@@ -130,3 +130,63 @@ def test_unreachable_cluster(
     )
     assert code == 2
     assert err.startswith("error: cannot reach the cluster: ")
+
+
+NODES = """\
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: l4-1
+    labels: {nvidia.com/gpu.product: NVIDIA-L4, gpushare.io/driver-memory-limit: "true"}
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: a100-1
+    labels: {nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB}
+"""
+
+
+def test_enforcing_nodes_in_the_table_and_json(
+    policy_dir: Path, mix_csv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(NODES)
+    argv = ["plan", "--csv", str(mix_csv), "--policies", str(policy_dir), "--nodes", str(nodes)]
+    code, out, _ = run(argv, capsys)
+    assert code == 0
+    section = out[out.index("enforcing nodes (gpushare.io/driver-memory-limit=true):") :]
+    lines = section.splitlines()
+    # l4-mps selects the L4 node, which enforces; ts-half may land on either node.
+    assert "  inference-mps-daemon/l4-mps (driverMemoryLimit: auto): 1 of 1 node(s) enforce it" in (
+        lines
+    )
+    assert "  default/ts-half (driverMemoryLimit: auto): 1 of 2 node(s) enforce it" in lines
+    assert any(
+        ": warning: pods of pool 'ts-half' placed on 1 of its 2 nodes run without" in line
+        for line in lines
+    )
+    code, out, _ = run([*argv, "-o", "json"], capsys)
+    report = json.loads(out)["enforcingNodes"]
+    l4 = next(item for item in report if item["pool"] == "l4-mps")
+    assert l4 == {
+        "policy": "inference-mps-daemon",
+        "pool": "l4-mps",
+        "driverMemoryLimit": "auto",
+        "nodes": ["l4-1"],
+        "enforcingNodes": ["l4-1"],
+    }
+    half = next(item for item in report if item["pool"] == "ts-half")
+    assert half["severity"] == "warning" and half["nodes"] == ["l4-1", "a100-1"]
+
+
+def test_without_nodes_nothing_is_said_about_them(
+    policy_dir: Path, mix_csv: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["plan", "--csv", str(mix_csv), "--policies", str(policy_dir)]
+    code, out, _ = run(argv, capsys)
+    assert code == 0 and "enforcing nodes" not in out
+    code, out, _ = run([*argv, "-o", "json"], capsys)
+    assert "enforcingNodes" not in json.loads(out)

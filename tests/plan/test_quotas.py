@@ -321,7 +321,18 @@ CLUSTER_QUOTA = {
 }
 
 
-def fake_cluster(monkeypatch: pytest.MonkeyPatch, quotas: Exception | list[Any]) -> None:
+NODE = {
+    "apiVersion": "v1",
+    "kind": "Node",
+    "metadata": {"name": "gpu-1", "labels": {"gpushare.io/driver-memory-limit": "true"}},
+}
+
+
+def fake_cluster(
+    monkeypatch: pytest.MonkeyPatch,
+    quotas: Exception | list[Any],
+    nodes: Exception | tuple[Any, ...] | list[Any] = (),
+) -> None:
     from kubernetes import client, config
 
     class Api:
@@ -345,6 +356,12 @@ def fake_cluster(monkeypatch: pytest.MonkeyPatch, quotas: Exception | list[Any])
             if isinstance(quotas, Exception):
                 raise quotas
             return Response(quotas)
+
+        def list_node(self, **options: Any) -> Response:
+            assert options["limit"] == 500 and "label_selector" not in options
+            if isinstance(nodes, Exception):
+                raise nodes
+            return Response(list(nodes))
 
     monkeypatch.setattr(config, "new_client_from_config", lambda **_: Api())
     monkeypatch.setattr(client, "CoreV1Api", Core)
@@ -377,7 +394,7 @@ def test_cluster_quotas_room_counts_what_the_pods_hold_already(
 def test_cluster_quotas_not_listable_leave_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
     from kubernetes.client.exceptions import ApiException
 
-    fake_cluster(monkeypatch, ApiException(status=403, reason="Forbidden"))
+    fake_cluster(monkeypatch, ApiException(status=403, reason="Forbidden"), [NODE])
     given = read_cluster(None, None, None, None, frozenset())
     assert given.quotas == ()
     assert given.notes == (
@@ -385,3 +402,16 @@ def test_cluster_quotas_not_listable_leave_a_note(monkeypatch: pytest.MonkeyPatc
         "let the kubeconfig's user list resourcequotas",
     )
     assert [w.count for w in given.workloads] == [2]
+    assert given.nodes == (NODE,)
+
+
+def test_cluster_nodes_not_listable_leave_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    fake_cluster(monkeypatch, [CLUSTER_QUOTA], ApiException(status=403, reason="Forbidden"))
+    given = read_cluster(None, None, None, None, frozenset())
+    assert given.nodes is None and len(given.quotas) == 1
+    assert given.notes == (
+        "listing nodes failed (403 Forbidden): which pools have a node enforcing the driver "
+        "memory limit is not checked; let the kubeconfig's user list nodes, or pass --nodes FILE",
+    )

@@ -36,9 +36,9 @@ def build_command_tree() -> Command:
             "Turn a gpu-fraction or gpu-memory annotation into what the cluster's GPU sharing "
             "needs: the admission webhook (serve), its installation (certs, webhook-config, "
             "check-admission), "
-            "the node side (device-plugin-config, mps-daemon) and offline tools for manifests "
-            "and policies (mutate, explain, policy), and what a workload mix needs under each "
-            "scheme (plan). `gpushare COMMAND --help` for each."
+            "the node side (device-plugin-config, mps-daemon, node-agent) and offline tools for "
+            "manifests and policies (mutate, explain, policy), and what a workload mix needs "
+            "under each scheme (plan). `gpushare COMMAND --help` for each."
         ),
         epilog="Exit codes: 0 ok, 2 usage errors and invalid input or policies, 3 a document "
         "denied (mutate, explain), 1 other failures.",

@@ -1,8 +1,9 @@
-"""``gpushare mps-daemon`` and ``gpushare device-plugin-config``: the node side's commands.
+"""``gpushare mps-daemon``, ``gpushare node-agent`` and ``gpushare device-plugin-config``: the
+node side's commands.
 
-``add_node_commands`` adds both to the CLI; each sets ``func(args) -> int``. Flags and
-printing only: the launcher is ``webhook.node``'s ``run_launcher``, the device plugin
-configs are built there too.
+``add_node_commands`` adds them to the CLI; each sets ``func(args) -> int``. Flags and
+printing only: the launcher is ``webhook.node``'s ``run_launcher``, the agent its
+``run_node_agent``, the device plugin configs are built there too.
 """
 
 from __future__ import annotations
@@ -23,16 +24,23 @@ from webhook.constants import DEVICE_PLUGIN_CONFIG_LABEL
 from webhook.core import default_policies_path, load_policies
 from webhook.errors import PolicyError
 from webhook.node import (
+    DEFAULT_AGENT_LISTEN,
+    DEFAULT_CDI_DIRS,
     DEFAULT_COMMAND_TIMEOUT_S,
     DEFAULT_CONFIGMAP_NAME,
     DEFAULT_CONTROL_BINARY,
+    DEFAULT_INTERVAL_S,
     DEFAULT_KEY,
     DEFAULT_LISTEN,
     DEFAULT_NAMESPACE,
+    DEFAULT_PROC_ROOT,
     DEFAULT_START_TIMEOUT_S,
     WHOLE_GPUS,
+    AgentClients,
+    AgentPaths,
     DevicePluginConfigError,
     LauncherOptions,
+    NodeAgentOptions,
     Nvml,
     SupervisorSettings,
     build_configs,
@@ -41,14 +49,16 @@ from webhook.node import (
     helm_values,
     render,
     run_launcher,
+    run_node_agent,
 )
 
 NODE_NAME_VARIABLE = "NODE_NAME"
 
 
 def add_node_commands(subparsers: Commands) -> None:
-    """Add ``mps-daemon`` and ``device-plugin-config`` to the CLI's subparsers."""
+    """Add ``mps-daemon``, ``node-agent`` and ``device-plugin-config`` to the CLI."""
     _add_mps_daemon(subparsers)
+    _add_node_agent(subparsers)
     _add_device_plugin_config(subparsers)
 
 
@@ -149,6 +159,95 @@ def run_mps_daemon(args: argparse.Namespace, nvml: Nvml | None = None) -> int:
         start_timeout_s=args.start_timeout,
     )
     return run_launcher(options, nvml)
+
+
+# -- node-agent -----------------------------------------------------------------------------
+
+
+def _add_node_agent(subparsers: Commands) -> None:
+    parser = subparsers.add_parser(
+        "node-agent",
+        help="label the node for the driver memory limit and audit its GPU processes "
+        "(the node agent's DaemonSet)",
+        description=(
+            "Every interval: label the node gpushare.io/driver-memory-limit=true or false "
+            "(driver R615+, cgroup v2, the toolkit's apply-cuda-memory-limits hook in the "
+            "device plugin's CDI spec), find every process on the GPUs and the pod it belongs "
+            "to, and report uncapped, over-share and unattributed ones as metrics, pod "
+            "Events and log lines. --once reads one round, prints it as JSON and changes "
+            "nothing."
+        ),
+    )
+    parser.add_argument(
+        "--node-name",
+        default=os.environ.get(NODE_NAME_VARIABLE),
+        help="this node's name (env NODE_NAME, set from spec.nodeName in the DaemonSet)",
+    )
+    add_kubeconfig_option(parser)
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=DEFAULT_INTERVAL_S,
+        metavar="SECONDS",
+        help=f"seconds between rounds (default: {DEFAULT_INTERVAL_S:g})",
+    )
+    parser.add_argument(
+        "--listen",
+        default=DEFAULT_AGENT_LISTEN,
+        help=f"HOST:PORT for /healthz, /readyz and /metrics (default {DEFAULT_AGENT_LISTEN})",
+    )
+    _add_node_agent_paths(parser)
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="one round, printed as JSON (facts, processes, findings); no label, no Event",
+    )
+    parser.set_defaults(func=run_node_agent_command)
+
+
+def _add_node_agent_paths(parser: Arguments) -> None:
+    """Where the node is read: the defaults are the DaemonSet's (tests point them elsewhere)."""
+    parser.add_argument(
+        "--host-root",
+        type=Path,
+        default=Path("/"),
+        metavar="DIR",
+        help="root under which sys/fs/cgroup is read (default: /)",
+    )
+    parser.add_argument(
+        "--proc-root",
+        type=Path,
+        default=DEFAULT_PROC_ROOT,
+        metavar="DIR",
+        help=f"the processes' /proc, with hostPID (default: {DEFAULT_PROC_ROOT})",
+    )
+    parser.add_argument(
+        "--cdi-dir",
+        type=Path,
+        action="append",
+        metavar="DIR",
+        help="a directory of CDI specs, repeatable (default: "
+        f"{' and '.join(str(d) for d in DEFAULT_CDI_DIRS)})",
+    )
+
+
+def run_node_agent_command(args: argparse.Namespace, clients: AgentClients | None = None) -> int:
+    """Entry point of ``gpushare node-agent``; ``clients`` replace NVML and the API in tests."""
+    if clients is None or clients.node is None or clients.pods is None:
+        require_cluster_client("gpushare node-agent")
+    options = NodeAgentOptions(
+        node_name=args.node_name,
+        kubeconfig=args.kubeconfig,
+        interval_s=args.interval,
+        listen=args.listen,
+        paths=AgentPaths(
+            host_root=args.host_root,
+            proc_root=args.proc_root,
+            cdi_dirs=tuple(args.cdi_dir) if args.cdi_dir else DEFAULT_CDI_DIRS,
+        ),
+        once=args.once,
+    )
+    return run_node_agent(options, clients)
 
 
 # -- device-plugin-config -------------------------------------------------------------------

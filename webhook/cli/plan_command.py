@@ -8,6 +8,7 @@ prints a table, JSON or HTML; ``--out DIR`` writes the pictures there.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from pathlib import Path
 from webhook.cli.cluster_client import require_cluster_client
 from webhook.cli.command_tree import Arguments, Commands
 from webhook.cli.exit_codes import EXIT_OK
+from webhook.cli.node_files import read_nodes
 from webhook.cli.options import (
     add_manifest_file_option,
     add_policies_option,
@@ -29,6 +31,8 @@ from webhook.plan import (
     SchemeOutcome,
     as_json,
     details,
+    enforcement_json,
+    enforcement_lines,
     page,
     plan,
     read_cluster,
@@ -40,8 +44,16 @@ from webhook.plan import (
 
 
 def read_input(args: argparse.Namespace, policies: PolicySet) -> PlanInput:
-    """The workloads of the one input the arguments name, and the quotas on GPU shares it
-    has (manifests' and a cluster's ResourceQuotas, manifests' Kueue ClusterQueues)."""
+    """The workloads of the one input the arguments name, the quotas on GPU shares it has
+    (manifests' and a cluster's ResourceQuotas, manifests' Kueue ClusterQueues), and the
+    nodes (``--nodes``, else a cluster's own)."""
+    given = _read_workloads(args, policies)
+    if args.nodes is not None:
+        return dataclasses.replace(given, nodes=tuple(read_nodes(args.nodes)))
+    return given
+
+
+def _read_workloads(args: argparse.Namespace, policies: PolicySet) -> PlanInput:
     if args.csv:
         return PlanInput(read_table(args.csv, args.namespace))
     if args.cluster:
@@ -88,14 +100,25 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.out:
         for path in write_pictures(results, shown, args.out):
             print(f"wrote {path}", file=sys.stderr)
+    nodes = given.nodes
     if args.output == "json":
-        print(json.dumps(as_json(results), indent=2))
-    elif args.output == "html":
+        report = as_json(results)
+        if nodes is not None:
+            report["enforcingNodes"] = enforcement_json(policies, nodes)
+        print(json.dumps(report, indent=2))
+        return EXIT_OK
+    enforcing = [] if nodes is None else enforcement_lines(policies, nodes)
+    if args.output == "html":
         sys.stdout.write(page(results, shown))
+        for line in enforcing:
+            print(line, file=sys.stderr)
     else:
         print(table(results))
         print()
         print(details(results))
+        if enforcing:
+            print()
+            print("\n".join(enforcing))
     return EXIT_OK
 
 
@@ -126,6 +149,13 @@ def _input_arguments(parser: Arguments) -> None:
         help="with --cluster: the kubeconfig (default: $KUBECONFIG, ~/.kube/config)",
     )
     parser.add_argument("--context", help="with --cluster: the kubeconfig context")
+    parser.add_argument(
+        "--nodes",
+        metavar="FILE",
+        help="the cluster's nodes (`kubectl get nodes -o yaml`, - for stdin): report which "
+        "pools have a node enforcing the driver memory limit (gpushare.io/driver-memory-limit;"
+        " with --cluster its own nodes are read)",
+    )
     parser.add_argument("-l", "--selector", help="with --cluster: only pods with these labels")
     parser.add_argument(
         "-n",

@@ -19,6 +19,7 @@ from typing import Any
 
 from webhook.cli.command_tree import Commands
 from webhook.cli.exit_codes import EXIT_OK, EXIT_USAGE
+from webhook.cli.node_files import read_nodes
 from webhook.constants import API_GROUP
 from webhook.core import (
     Policy,
@@ -28,6 +29,7 @@ from webhook.core import (
     api_group,
     check_policy_set,
     document_schema,
+    enforcing_node_findings,
     finding_lines,
     load_policy_texts,
     read_policy_files,
@@ -35,7 +37,7 @@ from webhook.core import (
 )
 from webhook.errors import ManifestError, PolicyError
 from webhook.manifest import parse_documents
-from webhook.node import pool_conflict_refs, pool_problems, pool_refs
+from webhook.node import hook_problems, pool_conflict_refs, pool_problems, pool_refs
 
 CHECK_DESCRIPTION = """\
 Check the policy files given as one set, as the webhook loads them from one directory
@@ -63,6 +65,15 @@ warnings (printed, exit 0):
   - an excluded namespace named among others in match.namespaces (no effect)
   - a pool whose config `gpushare device-plugin-config` cannot generate (a resourceName
     other than nvidia.com/gpu or nvidia.com/gpu.shared)
+  - a pool of a policy that writes the driver memory limit (enforcement.driverMemoryLimit
+    other than off) whose pods the toolkit's hook cannot cover: MIG devices, or no
+    generated config to inject its GPUs through CDI
+
+with --nodes FILE (`kubectl get nodes -o yaml`), per pool of a policy that writes the
+driver memory limit, the nodes matching its nodeSelector labelled
+gpushare.io/driver-memory-limit=true by the node agent:
+  - none, under driverMemoryLimit: require: error (its pods stay Pending)
+  - none, or only some, under auto or inject: warning (its pods run there uncapped)
 
 A file holding Kubernetes manifests (a Deployment, a Service) instead of policies is one
 error line (check pods and workloads with `gpushare mutate -f FILE`) and is left out of the
@@ -97,6 +108,12 @@ def add_policy_commands(commands: Commands) -> None:
         metavar="PATH",
         help="policy file or directory; all of them together are the set",
     )
+    check.add_argument(
+        "--nodes",
+        metavar="FILE",
+        help="the cluster's nodes (`kubectl get nodes -o yaml`, - for stdin): say which pools "
+        "have no node enforcing the driver memory limit (gpushare.io/driver-memory-limit)",
+    )
     check.set_defaults(func=run_policy_check)
     schema = policy_commands.add_parser(
         "schema",
@@ -109,6 +126,7 @@ def add_policy_commands(commands: Commands) -> None:
 
 def run_policy_check(args: argparse.Namespace) -> int:
     where = ", ".join(str(path) for path in args.paths)
+    nodes = None if args.nodes is None else read_nodes(args.nodes)
     try:
         texts = _read(args.paths)
     except PolicyError as error:
@@ -124,6 +142,8 @@ def run_policy_check(args: argparse.Namespace) -> int:
         lines = _error_lines(error.problems, [name for name, _ in rest])
         return _refused(where, [*manifests.values(), *lines], _NOT_LOADED)
     findings = [*check_policy_set(policies), *device_plugin_findings(policies)]
+    if nodes is not None:
+        findings += enforcing_node_findings(policies, nodes)
     for line in [*manifests.values(), *finding_lines(findings, rest)]:
         print(line, file=sys.stderr)
     errors = len(manifests) + sum(f.severity is Severity.ERROR for f in findings)
@@ -239,18 +259,21 @@ def _read(paths: list[Path]) -> list[tuple[str, str]]:
 
 
 def device_plugin_findings(policies: PolicySet) -> list[SetFinding]:
-    """The node side's view of the pools: clashing device-plugin configs (errors) and pools
-    whose config the device plugin cannot express (warnings)."""
+    """The node side's view of the pools: clashing device-plugin configs (errors), pools
+    whose config the device plugin cannot express and pools whose pods the driver memory
+    limit's hook cannot cover (warnings)."""
     refs = pool_refs(policies)
     findings = [
         SetFinding(Severity.ERROR, ref.policy, _pool_at(ref.policy, ref.pool.name), problem)
         for ref, problem in pool_conflict_refs(refs, key=lambda r: r.pool.config_name)
     ]
     for ref in refs:
+        at = _pool_at(ref.policy, ref.pool.name)
         for problem in pool_problems(ref):
             message = f"`gpushare device-plugin-config` cannot generate its config: {problem}"
-            at = _pool_at(ref.policy, ref.pool.name)
             findings.append(SetFinding(Severity.WARNING, ref.policy, at, message))
+        for problem in hook_problems(ref):
+            findings.append(SetFinding(Severity.WARNING, ref.policy, at, problem))
     return findings
 
 

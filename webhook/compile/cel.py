@@ -191,6 +191,20 @@ def python_repr(expression: str) -> str:
     )
 
 
+def python_repr_text(expression: str) -> str:
+    """Python's ``repr`` of any text a user wrote (an env value): backslashes, newlines,
+    carriage returns and tabs escaped as Python escapes them, then quoted as ``python_repr``
+    quotes, a single quote escaped where the text holds both kinds. Other control
+    characters (Python writes them as ``\\xNN``) are left as they are."""
+    escaped = expression
+    for raw, written in (("\\", "\\\\"), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t")):
+        escaped = f"{escaped}.replace({string(raw)}, {string(written)})"
+    return (
+        f"({escaped}.contains(\"'\") && !{escaped}.contains('\"') ? "
+        f'\'"\' + {escaped} + \'"\' : "\'" + {escaped}.replace("\'", "\\\\\'") + "\'")'
+    )
+
+
 def version_below_regex(since: tuple[int, int, int, int]) -> str:
     """An RE2 pattern matching the image tags whose version, as
     ``webhook.core.framework_images.parse_version`` reads it, is below ``since``.

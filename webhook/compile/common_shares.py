@@ -2,15 +2,16 @@
 
 Nearly every annotated pod asks for a round share ("0.5", "0.25", "0.1"), and what one
 policy makes of a ``gpu-fraction`` alone (the pool, its slots, the share, the share as the
-record writes it) depends on nothing else in the pod. The compiler asks the webhook's own
-core (``read_request``, then the mode's ``place_request``) for each common share and bakes
-the answers into constant CEL maps: the apiserver builds a constant map literal once, when
-it compiles the policy (cel-go's ``OptOptimize``, which Kubernetes sets), so a pod asking
-for one of these shares skips about a dozen variables: the strict decimal parsing, the pool
-choice and the number formatting. Any other text, a ``gpu-memory`` or container-name
-annotation, a share the policy refuses, or a pod whose GPU container is not its first
-(``request_cel.first_is_chosen``) takes the general CEL path, which decides the
-same way (``tests/e2e/test_compiled_policies.py`` holds both equal to the webhook).
+record writes it, the driver memory limit) depends on nothing else in the pod. The
+compiler asks the webhook's own core (``read_request``, then the mode's ``place_request``)
+for each common share and bakes the answers into constant CEL maps: the apiserver builds a
+constant map literal once, when it compiles the policy (cel-go's ``OptOptimize``, which
+Kubernetes sets), so a pod asking for one of these shares skips about a dozen variables:
+the strict decimal parsing, the pool choice and the number formatting. Any other text, a
+``gpu-memory`` or container-name annotation, a share the policy refuses, or a pod whose GPU
+container is not its first (``request_cel.first_is_chosen``) takes the general CEL path,
+which decides the same way (``tests/e2e/test_compiled_policies.py`` holds both equal to the
+webhook).
 """
 
 from __future__ import annotations
@@ -24,10 +25,18 @@ from webhook.compile.request_cel import first_is_chosen
 from webhook.constants import (
     CONTAINER_ANNOTATION,
     DEVICES_ANNOTATION,
+    DRIVER_MEMORY_LIMIT_VAR,
     FRACTION_ANNOTATION,
     MEMORY_ANNOTATION,
 )
-from webhook.core import Placement, Policy, format_fraction, place_request, read_request
+from webhook.core import (
+    Placement,
+    Policy,
+    format_fraction,
+    mode_changes,
+    place_request,
+    read_request,
+)
 
 # Hundredths (0.01 .. 0.99) and the eighths, sixteenths, thirds and sixths people write.
 _EXTRA_SHARES = (
@@ -60,6 +69,8 @@ class CommonShare:
     slots: int
     fraction: float
     formatted: str
+    # The driver memory limit the mode writes (MiB), -1 for none.
+    driver_limit: int = -1
 
 
 def common_shares(policy: Policy) -> list[CommonShare]:
@@ -72,6 +83,11 @@ def common_shares(policy: Policy) -> list[CommonShare]:
         placement = place_request(policy, request)
         if not isinstance(placement, Placement) or placement.node_gpu_memory_mib is not None:
             continue
+        limits = [
+            int(env.value)
+            for env in mode_changes(policy, placement).env
+            if env.name == DRIVER_MEMORY_LIMIT_VAR
+        ]
         shares.append(
             CommonShare(
                 text,
@@ -79,6 +95,7 @@ def common_shares(policy: Policy) -> list[CommonShare]:
                 placement.slots,
                 placement.fraction,
                 format_fraction(placement.fraction),
+                limits[0] if limits else -1,
             )
         )
     return shares
@@ -107,6 +124,7 @@ _COLUMNS: dict[str, Callable[[CommonShare], str]] = {
     "fx": lambda x: cel.double(x.fraction),
     "slots": lambda x: str(x.slots),
     "ff": lambda x: s(x.formatted),
+    "dl": lambda x: str(x.driver_limit),
 }
 _ANNOTATIONS = "object.metadata.annotations"
 _FRACTION = f"{_ANNOTATIONS}[{s(FRACTION_ANNOTATION)}]"

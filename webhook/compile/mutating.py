@@ -24,6 +24,7 @@ from typing import Any
 
 from webhook.cel_inlining import fold_variables, specialize
 from webhook.compile import cel
+from webhook.compile.device_cel import refused_devices, sets_devices, with_device_variables
 from webhook.compile.jsonpatch_cel import add_items, add_to_map, escape, literal, op
 from webhook.compile.plan import DENIAL_ANNOTATION, PlanCel, V, node_memory_expression, s
 from webhook.compile.pod_cel import API_VERSION, DENIAL_LABEL, match_constraints, policy_labels
@@ -36,9 +37,7 @@ from webhook.compile.validating import (
 )
 from webhook.constants import (
     APPLIED_ANNOTATION,
-    MPS_MEMORY_LIMIT_VAR,
     MPS_PIPE_DIRECTORY_VAR,
-    MPS_THREAD_PERCENTAGE_VAR,
 )
 from webhook.core import (
     JAX_FRACTION,
@@ -100,23 +99,10 @@ class MutatingPolicy:
         """(name, CEL value, enforced, CEL condition) in the webhook's order: the mode's
         env, the framework knobs, the policy's ``inject.env``."""
         policy = self.policy
-        settings: list[tuple[str, str, bool, str]] = []
-        if policy.mode in (Mode.MPS, Mode.MPS_DAEMON):
-            mps = policy.mps
-            if mps.enforce_thread_percentage:
-                raw = f"int({V}fx * 100.0 * {cel.double(mps.thread_overprovision)} + {cel.EPSILON})"
-                percent = f"string({raw} < 1 ? 1 : {raw} > 100 ? 100 : {raw})"
-                settings.append((MPS_THREAD_PERCENTAGE_VAR, percent, True, "true"))
-            memories = [p.gpu_memory_mib for p in policy.pools]
-            if mps.enforce_memory_limit and any(m is not None for m in memories):
-                known = "[" + ", ".join("true" if m else "false" for m in memories) + "]"
-                sizes = "[" + ", ".join(cel.double(m or 0) for m in memories) + "]"
-                raw = f"int({V}fx * {sizes}[{V}pi])"
-                value = f"'0=' + string({raw} < 1 ? 1 : {raw}) + 'M'"
-                settings.append((MPS_MEMORY_LIMIT_VAR, value, True, f"{known}[{V}pi]"))
-            if policy.mode is Mode.MPS_DAEMON:
-                pipe = s(policy.mps_daemon.pipe_directory)
-                settings.append((MPS_PIPE_DIRECTORY_VAR, pipe, True, "true"))
+        settings = [(name, value, True, when) for name, value, when in self.plan.limit_env()]
+        if policy.mode is Mode.MPS_DAEMON:
+            pipe = s(policy.mps_daemon.pipe_directory)
+            settings.append((MPS_PIPE_DIRECTORY_VAR, pipe, True, "true"))
         knobs = f"!({V}jf && {V}sh <= 0)"
         settings.append((TF_GROWTH.name, "'true'", False, f"{knobs} && {V}tfin"))
         share = cel.format_ten_thousandths(f"({V}sh * 10)")
@@ -333,10 +319,14 @@ class MutatingPolicy:
             )
             self.extra += usual
             general = f"{common.guard} && {condition} ? {ops} : ({general})"
-        if asks_by_hand(policy) is None:
+        if asks_by_hand(policy) is not None:
+            # Matched without the annotations: the pod asks for the shared resource by hand.
+            general = f"!({annotated()}) ? {refused_by_hand(policy)} + {marked} : ({general})"
+        devices = sets_devices(policy)
+        if devices is None:
             return general
-        # Matched without the annotations: the pod asks for the shared resource by hand.
-        return f"!({annotated()}) ? {refused_by_hand(policy)} + {marked} : ({general})"
+        # Device variables set by hand: refused first, annotated or not (as the webhook).
+        return f"{devices} ? {refused_devices(policy)} + {marked} : ({general})"
 
     # -- the documents --------------------------------------------------------------------
 
@@ -351,7 +341,7 @@ class MutatingPolicy:
             *match_conditions,
             {"name": "governed-by-policy", "expression": governs(policy, self.policies)},
         ]
-        conditions = with_asks_by_hand(policy, conditions)
+        conditions = with_device_variables(policy, with_asks_by_hand(policy, conditions))
         spec: dict[str, Any] = {
             "paramKind": None,
             "matchConstraints": match_constraints(),

@@ -19,6 +19,7 @@ from __future__ import annotations
 from webhook.compile import cel
 from webhook.compile.asks_cel import AsksCel
 from webhook.compile.common_shares import decide_common_shares
+from webhook.compile.enforcement_cel import EnforcementCel, asked_memory_of
 from webhook.compile.frameworks_cel import FrameworksCel
 from webhook.compile.pod_cel import DENIAL_ANNOTATION, V, s
 from webhook.compile.request_cel import DEVICES_REFUSAL, RequestCel
@@ -39,7 +40,7 @@ LARGEST_GPU_MEMORY_MIB = 2**30
 AGREEMENT_TOLERANCE = 0.01
 
 
-class PlanCel(RequestCel, AsksCel, FrameworksCel):
+class PlanCel(RequestCel, AsksCel, FrameworksCel, EnforcementCel):
     """The CEL variables of one policy's plan (``variables``), and the facts mutations use."""
 
     def __init__(self, policy: Policy, policies: PolicySet) -> None:
@@ -67,6 +68,7 @@ class PlanCel(RequestCel, AsksCel, FrameworksCel):
         self._request()
         self._container()
         self._placement()
+        self._driver_limit()
         self._problems()
         # Without common shares (``common`` None) every pod takes the general path.
         self.common = decide_common_shares(self.policy, self.variables)
@@ -77,11 +79,10 @@ class PlanCel(RequestCel, AsksCel, FrameworksCel):
         self.fast_path = f"{V}clean && !({self.framework_refused})"
 
     def _pool_fraction(self, pool: Pool) -> str:
-        if pool.gpu_memory_mib is None:
-            by_memory = "-1.0"
-        else:
-            by_memory = f"({V}mok ? {V}mib / {cel.double(pool.gpu_memory_mib)} : -1.0)"
-        return f"({V}hf ? {V}f : {by_memory})"
+        memory = asked_memory_of(self.policy, pool)
+        if memory is None:
+            return f"({V}hf ? {V}f : -1.0)"
+        return f"({V}hf ? {V}f : ({V}mok ? {V}mib / {cel.double(memory)} : -1.0))"
 
     def _slots(self, index: int, pool: Pool) -> str:
         fraction = f"{V}fr[{index}]"
@@ -258,7 +259,7 @@ class PlanCel(RequestCel, AsksCel, FrameworksCel):
         whole_problems = (
             f"{V}other + {whole_limit} + "
             f"{self._own_asks(whole.resource_name, f'string(int({V}f))')} + "
-            f"{self._node_conflicts(whole.node_selector)}"
+            f"{self._node_conflicts(whole.node_selector)} + {self.hand_set_limits(whole=True)}"
         )
         self.framework_refused = f"{V}jf && {V}sh <= 0"
         self.framework_problem = (
@@ -273,12 +274,19 @@ class PlanCel(RequestCel, AsksCel, FrameworksCel):
         shared_problems = (
             f"{V}other + {self._own_asks(policy.resource_name, f'string({V}slots)')} + "
             f"{self.framework_problem} + {self._shared_node_conflicts()} + "
-            f"{self._volume_problems()}"
+            f"{self.hand_set_limits(whole=False)} + {self._volume_problems()}"
         )
-        add("pp", f"{V}whole ? [] : {self._placement_problems()}")
+        enforcement = self._enforcement_problems()
+        if enforcement == "[]":
+            add("pp", f"{V}whole ? [] : {self._placement_problems()}")
+        else:
+            # The driver limit's problems only for a placement without problems of its own
+            # (modes.driver_limits.EnforcedSlots.place).
+            add("pq", self._placement_problems())
+            add("pp", f"{V}whole ? [] : {V}pq.size() > 0 ? {V}pq : {enforcement}")
         # The usual pod: only the share's own problems remain, and the lists of sentences
         # for the rest are never built (CEL evaluates the branch taken).
-        add("clean", self._clean())
+        add("clean", f"{self._clean()} && {self.no_hand_set_limits()}")
         add(
             "problems",
             f"{V}bad.size() > 0 ? [] : {V}whole ? ({V}clean ? {whole_limit} : "

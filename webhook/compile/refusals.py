@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from webhook.compile.cel import glob_regex
-from webhook.constants import MPS_LIMIT_VARS, MPS_PIPE_DIRECTORY_VAR
+from webhook.constants import LIMIT_VARS, MPS_PIPE_DIRECTORY_VAR
 from webhook.core import (
     JAX_FRACTION,
     JAX_PREALLOCATE,
     TF_GROWTH,
+    HandSetLimits,
     Mode,
     Policy,
     PolicySet,
@@ -27,7 +28,7 @@ from webhook.errors import GpushareError
 # refused by name, never guessed at.
 COMPILED_MODES = frozenset({Mode.TIME_SLICING, Mode.MPS, Mode.MPS_DAEMON})
 
-_ENFORCED_NAMES = frozenset((*MPS_LIMIT_VARS, MPS_PIPE_DIRECTORY_VAR))
+_ENFORCED_NAMES = frozenset((*LIMIT_VARS, MPS_PIPE_DIRECTORY_VAR))
 _FRAMEWORK_NAMES = frozenset((TF_GROWTH.name, JAX_FRACTION.name, JAX_PREALLOCATE.name))
 
 
@@ -153,6 +154,13 @@ def notes(policies: PolicySet) -> list[str]:
     """What the compiled policies leave out that the webhook does: admission warnings only."""
     found: list[str] = []
     for policy in policies.policies:
+        if policy.enforcement.hand_set_limits is HandSetLimits.DENY:
+            found.append(
+                f"{policy.source}: policy {policy.name!r}: spec.enforcement.handSetLimits: deny: "
+                "a limit value set by hand that holds control characters other than newline, "
+                "tab and carriage return is quoted otherwise than the webhook quotes it in the "
+                "refusal (the pod is refused alike)"
+            )
         if policy.inference_servers.memory is ServerMemory.WARN:
             found.append(
                 f"{policy.source}: policy {policy.name!r}: spec.inferenceServers.memory: warn: "

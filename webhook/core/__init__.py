@@ -6,6 +6,12 @@ side and the install tools use only the names below; the modules behind them are
 change. Layout: docs/architecture.md.
 """
 
+from webhook.core.enforcing_nodes import (
+    PoolCoverage,
+    enforcing_node_findings,
+    pool_coverage,
+    writes_driver_limit,
+)
 from webhook.core.framework_images import (
     DEFAULT_IMAGES,
     JAX,
@@ -115,6 +121,7 @@ __all__ = [
     "Policy",
     "PolicySet",
     "Pool",
+    "PoolCoverage",
     "ServerGpus",
     "ServerMemory",
     "SetFinding",
@@ -136,6 +143,7 @@ __all__ = [
     "check_workload",
     "default_policies_path",
     "document_schema",
+    "enforcing_node_findings",
     "finding_lines",
     "format_fraction",
     "image_version",
@@ -156,6 +164,7 @@ __all__ = [
     "pod_count",
     "pod_shape_problem",
     "pod_size_problem",
+    "pool_coverage",
     "read_policy_files",
     "read_request",
     "template_changed",
@@ -164,5 +173,6 @@ __all__ = [
     "validate",
     "whole_gpu_changes",
     "workload_kind",
+    "writes_driver_limit",
     "written_path",
 ]

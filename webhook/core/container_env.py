@@ -1,26 +1,35 @@
 """The env of the container that gets the GPU: which settings are added, kept or enforced.
 
 A setting the container does not have is appended once. One it has is kept as the user set
-it, unless the setting is enforced (MPS hard limits, the daemon's pipe directory, the merged
-PyTorch allocator config): then every entry of that name gets the planned value.
+it, unless the setting is enforced (MPS hard limits, the driver memory limit, the daemon's
+pipe directory, the merged PyTorch allocator config): then every entry of that name, a
+``valueFrom`` one too, gets the planned value, or, for a limit under the policy's
+``enforcement.handSetLimits: deny``, the pod is refused (``hand_set_env``).
+
+Entries go into ``env``, never ``envFrom``: an explicit ``env`` entry takes precedence over
+the same key from ``envFrom`` (Kubernetes, "Define Environment Variables for a Container":
+env overrides envFrom), so gpushare's limits also win over a ConfigMap's or Secret's keys.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from webhook.constants import MPS_LIMIT_VARS, MPS_PIPE_DIRECTORY_VAR
+from webhook.constants import LIMIT_VARS, MPS_PIPE_DIRECTORY_VAR
 from webhook.core.draft import PlanDraft, as_mapping
 from webhook.core.edits import Path
+from webhook.core.hand_set_env import refuse_hand_set_limits
 from webhook.core.modes import EnvSetting
 
 # Replacing these user values changes what the workload may use: say so in a warning.
-_WARNED_WHEN_OVERWRITTEN = frozenset((*MPS_LIMIT_VARS, MPS_PIPE_DIRECTORY_VAR))
+_WARNED_WHEN_OVERWRITTEN = frozenset((*LIMIT_VARS, MPS_PIPE_DIRECTORY_VAR))
 
 
 def apply_env(draft: PlanDraft, settings: Sequence[EnvSetting]) -> None:
     """Plan ``settings`` into the container's env, in order."""
     env = draft.container.get("env") or []
+    if env:
+        refuse_hand_set_limits(draft, settings)
     env_path: Path = (*draft.container_path, "env")
     positions: dict[str, list[int]] = {}
     for position, entry in enumerate(env):

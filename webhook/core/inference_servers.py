@@ -1,16 +1,19 @@
 """Inference servers that size themselves from a flag, not from env: vLLM's
 ``--gpu-memory-utilization`` and SGLang's ``--mem-fraction-static``.
 
-Both take a fraction of the whole GPU whoever else runs on it (vLLM: 0.9 by default, 0.92
-from v0.20.0; SGLang: computed from the GPU's memory when absent), so two servers sharing a
-GPU must not both keep the default. The GPU container's command and args are read for the
-server (``vllm serve``, ``python -m vllm.entrypoints.openai.api_server``, ``sglang serve``,
-``python -m sglang.launch_server``; with no command, images whose entrypoint is the server)
-and its flag (``--flag value`` or ``--flag=value``, the last one wins as in argparse). A
-value above the share, or none, is a warning (``inferenceServers.memory: warn``), or the
-flag is set to the share in the container's args (``set``: replaced where it is, appended
-when absent). A server started from a shell script is only warned about: gpushare does not
-rewrite scripts. docs/frameworks.md cites the flags and defaults.
+Both take a fraction of what CUDA reports, whoever else runs on the GPU (vLLM: 0.9 by
+default, 0.92 from v0.20.0; SGLang: computed from the GPU's memory when absent), so two
+servers sharing a GPU must not both keep the default. The largest value that fits the pod
+(``server_budget``) is a fraction of the whole GPU, or of the pod's driver limit where CUDA
+is known to report that limit as total (``driverMemoryLimit: require``). The GPU container's
+command and args are read for the server (``vllm serve``, ``python -m
+vllm.entrypoints.openai.api_server``, ``sglang serve``, ``python -m sglang.launch_server``;
+with no command, images whose entrypoint is the server) and its flag (``--flag value`` or
+``--flag=value``, the last one wins as in argparse). A value above that, or none, is a
+warning (``inferenceServers.memory: warn``), or the flag is set to it in the container's
+args (``set``: replaced where it is, appended when absent). A server started from a shell
+script is only warned about: gpushare does not rewrite scripts. docs/frameworks.md cites the
+flags and defaults.
 
 The launch detection here (``find_server``) is shared with ``server_parallelism``, which
 also recognizes TGI's ``text-generation-launcher`` and checks the GPUs a server's
@@ -27,10 +30,10 @@ from typing import Any
 
 from webhook.core.draft import PlanDraft
 from webhook.core.framework_images import matches, parse_version, split_reference
-from webhook.core.frameworks import framework_fraction
 from webhook.core.memo import BoundedMemo
 from webhook.core.placement import Placement, format_fraction
 from webhook.core.policy.model import InferenceServers, ServerMemory
+from webhook.core.server_budget import ServerBudget, server_budget
 
 
 @dataclass(frozen=True)
@@ -220,22 +223,31 @@ def size_inference_server(draft: PlanDraft, placement: Placement) -> None:
     if settings.memory is ServerMemory.IGNORE:
         return
     launch = find_server(draft.container, server_images(settings))
-    share = framework_fraction(draft.policy, placement)
-    if launch is None or isinstance(share, str):
+    if launch is None:
         return
-    _Sizing(draft, launch, share).apply(settings.memory)
+    budget = server_budget(draft.policies, draft.policy, placement)
+    if isinstance(budget, str):
+        return  # the framework knobs refuse that share already
+    _Sizing(draft, launch, budget).apply(settings.memory)
 
 
 class _Sizing:
     """One server's flag against one share."""
 
-    def __init__(self, draft: PlanDraft, launch: Launch, share: float) -> None:
+    def __init__(self, draft: PlanDraft, launch: Launch, budget: ServerBudget) -> None:
         self.draft = draft
         self.launch = launch
-        self.share = share
-        self.share_text = format_fraction(share)
+        self.budget = budget
+        self.share = budget.share
+        self.share_text = format_fraction(budget.share)
         server = launch.server
         self.where = f"container {draft.container_name!r}: {server.name} {server.flag}"
+        # What the value is measured against, in the warnings.
+        self.against = (
+            f"{self.share_text} of its {budget.limit_mib}Mi limit"
+            if budget.against_limit
+            else f"the share {self.share_text}"
+        )
 
     def apply(self, memory: ServerMemory) -> None:
         found = flag_value(self.launch)
@@ -250,17 +262,19 @@ class _Sizing:
                 self._note(f"{found[2]!r} is not a number; not checked")
                 self.draft.warnings.append(f"{self.where} {found[2]!r} is not a number")
                 return
+        if self.budget.limit_mib is not None:
+            self._note(f"at most {self.budget.derivation}")
         if asked <= self.share + 1e-9:
-            self._note(f"{asked:g} ({said}) fits the share {self.share_text}")
+            self._note(f"{asked:g} ({said}) fits {self.against}")
             return
         if memory is ServerMemory.WARN or self.launch.in_script:
-            self._note(f"{asked:g} ({said}) is above the share {self.share_text}: warned")
+            self._note(f"{asked:g} ({said}) is above {self.against}: warned")
             verb = "defaults to" if found is None else "is"
             fix = (
                 "in its shell script" if self.launch.in_script else f"to {self.share_text} or lower"
             )
             self.draft.warnings.append(
-                f"{self.where} {verb} {asked:g}, above the share {self.share_text}: set it {fix}"
+                f"{self.where} {verb} {asked:g}, above {self.against}: set it {fix}"
             )
             return
         self._set(found, f"{asked:g} ({said})")

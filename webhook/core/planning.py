@@ -36,6 +36,7 @@ from webhook.core.container_resources import refuse_other_gpu_asks, set_containe
 from webhook.core.draft import PlanDraft, as_mapping
 from webhook.core.edits import PodEdits
 from webhook.core.frameworks import framework_env, image_framework_env
+from webhook.core.hand_set_env import device_variable_problems, refuse_hand_set_limits
 from webhook.core.inference_servers import size_inference_server
 from webhook.core.injections import apply_injections
 from webhook.core.mode_edits import (
@@ -123,6 +124,9 @@ def plan_pod(
         return Untouched(selection.reason, (f"{FRACTION_ANNOTATION} ignored: {selection.reason}",))
     policy = selection.policy
     spec = as_mapping(pod.get("spec"))
+    forbidden = device_variable_problems(spec, policy)
+    if forbidden:
+        return Denied(tuple(forbidden), policy.name)
     if spec.get("schedulerName") == KAI_SCHEDULER and policy.mode is not Mode.KAI:
         # KAI-Scheduler reads the same annotations and shares the GPU itself.
         return LEFT_TO_KAI
@@ -243,6 +247,7 @@ def _whole_gpus(draft: PlanDraft, request: GpuRequest) -> dict[str, Any]:
         draft.explanation.append(f"request: {count} whole GPU(s) as {asked}")
     select_nodes(draft, whole.node_selector)
     _pod_changes(draft, changes)
+    refuse_hand_set_limits(draft, ())  # whole GPUs get no limits from gpushare
     record: dict[str, Any] = {
         "container": draft.container_name,
         "gpus": count,

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from webhook.constants import APPLIED_ANNOTATION, FRACTION_ANNOTATION, MIRROR_POD_ANNOTATION
+from webhook.core.hand_set_env import device_variable_problems
 from webhook.core.patch import JsonPatch, build_patch
 from webhook.core.planning import (
     FORBIDDEN,
@@ -71,7 +72,8 @@ def validate(pod: Mapping[str, Any], namespace: str, policies: PolicySet) -> Ver
 
     An annotated pod must still be exactly what planning yields (nothing to patch), so a
     later webhook that removed or loosened our limits is caught; a pod without annotation
-    must not ask for the shared resource by hand where the policy denies that.
+    must not set device variables by hand, nor ask for the shared resource by hand, where
+    the policy governing it denies that.
     """
     metadata = pod.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
@@ -80,7 +82,12 @@ def validate(pod: Mapping[str, Any], namespace: str, policies: PolicySet) -> Ver
     if has_gpu_request(annotations):
         return _validate_planned(pod, namespace, policies, annotations)
     policy = select_policy(policies, namespace, metadata.get("labels") or {}).policy
-    if policy is None or policy.direct_requests is DirectRequests.ALLOW:
+    if policy is None:
+        return Verdict(True)
+    forbidden = device_variable_problems(pod.get("spec") or {}, policy)
+    if forbidden:
+        return Verdict(False, reasons=tuple(forbidden), code=FORBIDDEN, policy=policy.name)
+    if policy.direct_requests is DirectRequests.ALLOW:
         return Verdict(True)
     return _validate_direct_requests(pod, policy)
 

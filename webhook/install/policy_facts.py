@@ -5,7 +5,10 @@ text they are written in: which policy governs a namespace and pod labels
 (``webhook.core.policy.selection`` compiled to one CEL expression, fnmatch globs as RE2
 regexes), which policies deny asking for their resource by hand, and, per policy version,
 the node selector and the enforced env limits of each pool (from the core's own
-``mode_changes``, so they are the webhook's values, not a copy of its formulas).
+``mode_changes``, so they are the webhook's values, not a copy of its formulas: the MPS
+client limits and the driver's ``NVIDIA_GPU_MEMORY_*``, whose node label under
+``enforcement.driverMemoryLimit: require`` is part of the pool's selector), and which
+policies refuse the device variables (``enforcement.deviceVariables: deny``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from webhook.core import (
+    DeviceVariables,
     DirectRequests,
     Mode,
     Placement,
@@ -58,6 +62,9 @@ class PolicyFacts:
     # resource (not so where a scheme counts in other units: 100 vcuda cores per GPU).
     whole_counted: tuple[str, ...] = ()
     versions: tuple[str, ...] = ()
+    # Policies refusing NVIDIA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES set by hand in any pod
+    # they govern (enforcement.deviceVariables: deny).
+    device_denied: tuple[str, ...] = ()
 
 
 # -- CEL text --------------------------------------------------------------------------
@@ -232,6 +239,14 @@ def policy_facts(policies: PolicySet) -> PolicyFacts:
         env_limits=limits,
         versions=tuple(sorted(f"{p.name}@{p.version}" for p in policies.policies)),
         whole_counted=tuple(whole_counted),
+        device_denied=tuple(
+            sorted(
+                p.name
+                for p in policies.policies
+                # A policy of mode kai hands its pods to KAI-Scheduler, which sets them.
+                if p.enforcement.device_variables is DeviceVariables.DENY and p.mode is not Mode.KAI
+            )
+        ),
     )
 
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from webhook.constants import APPLIED_ANNOTATION, FRACTION_ANNOTATION, REQUEST_ANNOTATIONS
 from webhook.core import KAI_SCHEDULER
+from webhook.install.device_checks import device_check, sets_devices
 from webhook.install.policy_facts import (
     ENV_LIMIT,
     LIMIT_HELD,
@@ -75,6 +76,7 @@ def variables(facts: PolicyFacts, *, refuse_unmutated: bool = True) -> list[dict
             f"object.spec.containers.filter(c, {resource_asked}).map(c, c.name) + "
             f"object.spec.?initContainers.orValue([]).filter(c, {resource_asked}).map(c, c.name)",
         ),
+        ("setsDevices", sets_devices(facts.device_denied, KAI_POD)),
         ("checksRecord", "variables.annotated && variables.applied != ''"),
         # The record's fields are read only from a record the checks read: the matchCondition
         # evaluates every field (bind_all), and a pod nobody mutated may carry anything.
@@ -204,6 +206,8 @@ def checks(*, refuse_unmutated: bool = True) -> list[dict[str, str]]:
     }
     return [
         *([never_mutated] if refuse_unmutated else []),
+        # Before the hand ask, as the webhook's validate says it first.
+        device_check(),
         {
             "expression": "size(variables.handAsking) == 0",
             "messageExpression": _hand_ask_message(refuse_unmutated),

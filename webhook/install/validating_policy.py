@@ -58,6 +58,7 @@ from typing import Any
 from webhook.cel_inlining import bind_all, fold_variables
 from webhook.core import PolicySet
 from webhook.errors import GpushareError
+from webhook.install.device_checks import DEVICE_FILTER
 from webhook.install.policy_facts import PolicyFacts, policy_facts
 from webhook.install.safety_checks import checks, validations, variables
 
@@ -92,6 +93,11 @@ def validating_policy(settings: SafetyNetSettings, facts: PolicyFacts) -> dict[s
     unmutated = settings.refuse_unmutated
     named = variables(facts, refuse_unmutated=unmutated)
     refused = checks(refuse_unmutated=unmutated)
+    filters = " && ".join(f"({c['expression']})" for c in settings.match_conditions)
+    if facts.device_denied and filters:
+        # Pods the webhooks never see are checked too where a policy refuses the device
+        # variables in every pod it governs.
+        filters = f"(({filters}) || ({DEVICE_FILTER}))"
     metadata: dict[str, Any] = {"name": settings.name, "labels": dict(settings.labels)}
     metadata["annotations"] = {VERSIONS_ANNOTATION: ",".join(facts.versions)}
     return {
@@ -119,14 +125,14 @@ def validating_policy(settings: SafetyNetSettings, facts: PolicyFacts) -> dict[s
             },
             # One condition holding the webhooks' pod filters too: the apiserver evaluates
             # every matchCondition of a policy, also after one has come out false.
-            "matchConditions": [_failing_gate(settings, named, refused)],
+            "matchConditions": [_failing_gate(filters, named, refused)],
             **_folded(named, validations(refused)),
         },
     }
 
 
 def _failing_gate(
-    settings: SafetyNetSettings, named: list[dict[str, str]], refused: list[dict[str, str]]
+    filters: str, named: list[dict[str, str]], refused: list[dict[str, str]]
 ) -> dict[str, str]:
     """A matchCondition true only for a pod some check refuses, so that a pod passing them
     all costs the checks once: the apiserver evaluates the validations, then every
@@ -135,9 +141,8 @@ def _failing_gate(
     costs the checks three times instead; the decision and the messages are unchanged.
     matchConditions see no variables, so each one the checks need is evaluated once and
     bound (``bind_all``); the webhooks' pod filters come first, so a pod that is not a
-    GPU-share pod (or is a mirror pod) evaluates none of them."""
+    GPU-share pod (or is a mirror pod) and sets no device variable evaluates none of them."""
     every_check = " && ".join(f"({v['expression']})" for v in refused)
-    filters = " && ".join(f"({c['expression']})" for c in settings.match_conditions)
     pairs = [(v["name"], v["expression"]) for v in named]
     expression = bind_all(pairs, f"!({every_check})")
     return {

@@ -31,6 +31,16 @@ transformConfigManager*Container, since 76b03b2d) and DEFAULT_CONFIG from
 default no sharing at all (``version: v1`` alone: whole GPUs, as without a config), or with
 ``--default CONFIG`` a copy of one pool's config; and both charts are told
 ``default: default`` (guidance), so they agree.
+
+A config whose pools belong to a policy that relies on the driver memory limit
+(``enforcement.driverMemoryLimit`` ``inject`` or ``require``) also sets
+``flags.plugin.deviceListStrategy: [cdi-annotations, cdi-cri]``: the toolkit's
+``apply-cuda-memory-limits`` hook is a per-device hook of the CDI spec the device plugin
+writes (kind ``k8s.device-plugin.nvidia.com/gpu``), so it runs only for GPUs injected
+through that spec (docs/enforcement.md, docs/node-side.md). A node group has one config, so
+a config shared with such a pool injects through CDI for every pool that uses it. Under
+``auto`` (the default) the configs stay as they were: CDI injection needs a container runtime
+with CDI enabled, which a policy author opts into, not a default that changes every node.
 """
 
 from __future__ import annotations
@@ -44,10 +54,18 @@ import yaml
 from webhook.constants import (
     ANNOTATION_PREFIX,
     DEVICE_PLUGIN_CONFIG_LABEL,
+    GFD_PRODUCT_LABEL,
     SHARED_GPU_RESOURCE,
     WHOLE_GPU_RESOURCE,
 )
-from webhook.core import Allocation, Mode, PolicySet
+from webhook.core import (
+    Allocation,
+    DriverMemoryLimit,
+    Mode,
+    Policy,
+    PolicySet,
+    writes_driver_limit,
+)
 from webhook.node.errors import DevicePluginConfigError
 from webhook.node.pools import PoolRef, pool_conflicts, pool_refs
 
@@ -59,6 +77,21 @@ DEFAULT_KEY = "default"
 # --default's value for "unlabelled nodes share nothing".
 WHOLE_GPUS = "whole-gpus"
 DEFAULT_CHOICE_ANNOTATION = f"{ANNOTATION_PREFIX}default-config"
+# Devices injected through the plugin's CDI spec, where the driver limit's hook lives.
+# k8s-device-plugin v0.20.0: api/config/v1/flags.go, PluginCommandLineFlags.DeviceListStrategy
+# (``flags.plugin.deviceListStrategy``, one string or a list); values in consts.go;
+# cmd/nvidia-device-plugin/main.go validateFlags (CDI needs an NVML-based node). Both, as the
+# GPU Operator sets them with cdi.enabled (gpu-operator v26.7.0 controllers/object_controls.go,
+# transformDevicePluginCtrForCDI): cdi-cri fills the CRI's CDIDevices field,
+# cdi-annotations names the devices in cdi.k8s.io/ annotations, which nvidia-container-runtime
+# also reads (toolkit v1.20.1 internal/info/auto.go: CDI mode for CDI-only requests). With
+# only CDI strategies the plugin sets no NVIDIA_VISIBLE_DEVICES (internal/plugin/server.go,
+# getAllocateResponse, AllCDIEnabled). An env DEVICE_LIST_STRATEGY outranks the config file
+# (api/config/v1/config.go NewConfig: command line, then environment, then config file).
+CDI_DEVICE_LIST_STRATEGY = ("cdi-annotations", "cdi-cri")
+# GFD names a MIG device's product <product>-MIG-<profile> (mig.strategy single;
+# k8s-device-plugin internal/lm/mig-strategy_test.go).
+MIG_PRODUCT_MARK = "-MIG-"
 
 
 @dataclass(frozen=True)
@@ -73,16 +106,22 @@ class DevicePluginConfig:
     def strategy(self) -> str:
         return "mps" if "mps" in self.document["sharing"] else "time-slicing"
 
+    @property
+    def injects_through_cdi(self) -> bool:
+        return "flags" in self.document
+
     def render(self) -> str:
         return yaml.safe_dump(self.document, sort_keys=False)
 
 
-def _document(ref: PoolRef) -> dict[str, Any]:
+def _document(ref: PoolRef, *, cdi: bool) -> dict[str, Any]:
     policy, pool = ref.policy, ref.pool
     fail_above_one = policy.mode is Mode.MPS or policy.allocation is Allocation.REPLICA_CLASS
     strategy = "mps" if policy.mode is Mode.MPS else "timeSlicing"
+    flags = {"flags": {"plugin": {"deviceListStrategy": list(CDI_DEVICE_LIST_STRATEGY)}}}
     return {
         "version": "v1",
+        **(flags if cdi else {}),
         "sharing": {
             strategy: {
                 "renameByDefault": policy.resource_name == SHARED_GPU_RESOURCE,
@@ -118,6 +157,40 @@ def pool_problems(ref: PoolRef) -> list[str]:
     return problems
 
 
+def selects_cdi(policy: Policy) -> bool:
+    """Whether the policy's pool configs inject through CDI: where it relies on the driver
+    limit (inject, require), not under auto."""
+    return writes_driver_limit(policy) and policy.enforcement.driver_memory_limit in (
+        DriverMemoryLimit.INJECT,
+        DriverMemoryLimit.REQUIRE,
+    )
+
+
+def hook_problems(ref: PoolRef) -> list[str]:
+    """Why the driver memory limit's hook cannot run for the pods of a pool whose policy
+    writes the limit (one sentence each); nothing for other pools."""
+    if not writes_driver_limit(ref.policy):
+        return []
+    setting = ref.policy.enforcement.driver_memory_limit.value
+    problems = []
+    product = ref.pool.node_selector.get(GFD_PRODUCT_LABEL, "")
+    if MIG_PRODUCT_MARK in product:
+        problems.append(
+            f"{ref.where} selects MIG devices ({GFD_PRODUCT_LABEL}={product}), which the "
+            f"driver memory limit (driverMemoryLimit: {setting}) cannot cover: the toolkit "
+            "attaches its hook to full GPUs only and NVML refuses limits on MIG devices; "
+            "MIG already isolates memory, so set driverMemoryLimit: off."
+        )
+    if pool_problems(ref) and selects_cdi(ref.policy):
+        problems.append(
+            f"{ref.where} has no generated device-plugin config, which would inject its GPUs "
+            f"through CDI for the driver memory limit's hook (driverMemoryLimit: {setting}): "
+            "a config written by hand needs flags.plugin.deviceListStrategy "
+            f"[{', '.join(CDI_DEVICE_LIST_STRATEGY)}] (the GPU Operator: cdi.enabled=true)."
+        )
+    return problems
+
+
 def build_configs(policies: PolicySet) -> list[DevicePluginConfig]:
     """One config per distinct config name, in file order; DevicePluginConfigError lists
     every problem (unsupported values, and pools sharing a name but not a definition)."""
@@ -130,7 +203,11 @@ def build_configs(policies: PolicySet) -> list[DevicePluginConfig]:
     for ref in refs:
         grouped.setdefault(ref.pool.config_name, []).append(ref)
     return [
-        DevicePluginConfig(name=name, document=_document(group[0]), pools=tuple(group))
+        DevicePluginConfig(
+            name=name,
+            document=_document(group[0], cdi=any(selects_cdi(r.policy) for r in group)),
+            pools=tuple(group),
+        )
         for name, group in grouped.items()
     ]
 
@@ -271,8 +348,24 @@ def guidance(
             "# Pools in mps-daemon mode also need gpushare's MPS DaemonSet (deploy/mps-daemon)"
             f" on their nodes: {DEVICE_PLUGIN_CONFIG_LABEL} in [{', '.join(daemon_configs)}]."
         )
+    lines += _cdi_guidance(configs)
     lines.append(
         "# The GPU Operator does not watch this ConfigMap: after changing it, restart the "
         "device plugin pods (gpu-operator#1144)."
     )
     return "\n".join(lines) + "\n"
+
+
+def _cdi_guidance(configs: Sequence[DevicePluginConfig]) -> list[str]:
+    """What the configs that inject through CDI need on the nodes (docs/node-side.md)."""
+    cdi = [config.name for config in configs if config.injects_through_cdi]
+    if not cdi:
+        return []
+    return [
+        f"# Configs [{', '.join(cdi)}] inject GPUs through CDI (flags.plugin.deviceListStrategy"
+        f" {', '.join(CDI_DEVICE_LIST_STRATEGY)}), where the driver memory limit's hook runs.",
+        "# GPU Operator: set cdi.enabled=true (the default since v25.10.0): its "
+        "DEVICE_LIST_STRATEGY env outranks the config file.",
+        "# The hook needs nvidia-container-toolkit >= v1.20.1, a device plugin built with it, "
+        "driver R615+ and cgroup v2 (docs/enforcement.md).",
+    ]

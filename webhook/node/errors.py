@@ -1,5 +1,6 @@
 """Errors of the node side: each one stops ``gpushare mps-daemon`` or
-``gpushare device-plugin-config`` with one clear message and a non-zero exit.
+``gpushare device-plugin-config`` with one clear message and a non-zero exit, or, in
+``gpushare node-agent``, is reported and retried at the next round.
 
 They extend ``webhook.errors.GpushareError`` so the CLI reports them like every other
 configuration error: a full sentence naming the bad value and the fix.
@@ -40,3 +41,8 @@ class DevicePluginConfigError(GpushareError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = list(problems)
         super().__init__("\n".join(self.problems))
+
+
+class PodApiError(GpushareError):
+    """The Kubernetes API refused or failed the node agent's list of this node's pods, or an
+    Event it raised on one."""

@@ -1,4 +1,6 @@
-"""``NodeApi`` (node_api.py) over the Kubernetes client, for the node the launcher runs on.
+"""``NodeApi`` (node_api.py) over the Kubernetes client, for the node the launcher runs on,
+and the client itself from a kubeconfig or the pod's ServiceAccount (``connect_client``, also
+the node agent's).
 
 Apart from node_api.py because the client is an optional extra (``gpushare[cluster]``): the
 launcher imports this module only when it starts, so the rest of ``webhook.node`` (the
@@ -38,21 +40,7 @@ class KubernetesNodeApi:
         cls, node_name: str, kubeconfig: Path | None, *, timeout_s: float = 10.0
     ) -> KubernetesNodeApi:
         """In-cluster config (the DaemonSet's ServiceAccount) unless a kubeconfig is given."""
-        try:
-            if kubeconfig is not None:
-                api_client = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
-                    config_file=str(kubeconfig), persist_config=False
-                )
-            else:
-                k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
-                api_client = k8s.ApiClient()
-        except (k8s_config.ConfigException, OSError) as exc:
-            where = str(kubeconfig) if kubeconfig else "the in-cluster service account"
-            raise NodeApiError(
-                f"Cannot configure a Kubernetes client from {where}: {exc}. Run inside the "
-                "DaemonSet (with its ServiceAccount) or pass --kubeconfig."
-            ) from exc
-        return cls(api_client, node_name, timeout_s=timeout_s)
+        return cls(connect_client(kubeconfig), node_name, timeout_s=timeout_s)
 
     def read_labels(self) -> Mapping[str, str]:
         try:
@@ -83,6 +71,23 @@ class KubernetesNodeApi:
             )
         except (ApiException, HTTPError) as exc:
             raise NodeApiError(f"Cannot patch node {self._node_name}: {_describe(exc)}.") from exc
+
+
+def connect_client(kubeconfig: Path | None) -> k8s.ApiClient:
+    """A client from ``kubeconfig``, or from the pod's ServiceAccount when None."""
+    try:
+        if kubeconfig is not None:
+            return k8s_config.new_client_from_config(  # type: ignore[no-untyped-call,no-any-return]
+                config_file=str(kubeconfig), persist_config=False
+            )
+        k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
+        return k8s.ApiClient()
+    except (k8s_config.ConfigException, OSError) as exc:
+        where = str(kubeconfig) if kubeconfig else "the in-cluster service account"
+        raise NodeApiError(
+            f"Cannot configure a Kubernetes client from {where}: {exc}. Run inside the "
+            "DaemonSet (with its ServiceAccount) or pass --kubeconfig."
+        ) from exc
 
 
 def _describe(exc: Exception) -> str:

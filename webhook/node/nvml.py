@@ -1,7 +1,8 @@
-"""What the MPS launcher needs from NVML, behind one small interface.
+"""What the node side needs from NVML, behind one small interface.
 
 ``Nvml`` is the interface: start NVML, list the GPUs (index, UUID, name, total memory,
-compute capability, compute mode, MIG mode), change a GPU's compute mode, stop NVML.
+compute capability, compute mode, MIG mode), change a GPU's compute mode, read the driver
+version and the processes on a GPU (the node agent's audit), stop NVML.
 ``PynvmlNvml`` implements it over nvidia-ml-py (imported as ``pynvml``); the tests' in-memory
 implementation lives with them (tests/node/fake_nvml.py).
 
@@ -54,6 +55,17 @@ class GpuDevice:
         return f"{self.compute_capability[0]}.{self.compute_capability[1]}"
 
 
+@dataclass(frozen=True)
+class GpuProcess:
+    """One process with a context on a GPU: its PID in the host's PID namespace (NVML
+    reports host PIDs, hence the node agent's hostPID), the GPU memory it uses in bytes
+    (None where NVML cannot tell), and whether it is an MPS client (on NVML's MPS list)."""
+
+    pid: int
+    used_bytes: int | None
+    mps_client: bool = False
+
+
 class Nvml(Protocol):
     """The few NVML calls the launcher makes."""
 
@@ -65,6 +77,12 @@ class Nvml(Protocol):
 
     def set_compute_mode(self, index: int, mode: ComputeMode) -> None:
         """Change one GPU's compute mode; ComputeModePermissionError without privileges."""
+
+    def driver_version(self) -> str:
+        """The kernel driver's version, e.g. "615.43.02" (nvmlSystemGetDriverVersion)."""
+
+    def processes(self, index: int) -> list[GpuProcess]:
+        """Every process with a compute context on GPU ``index``, MPS clients included."""
 
     def shutdown(self) -> None:
         """Release NVML."""
@@ -145,10 +163,60 @@ class PynvmlNvml:
                 f"NVML failed to set GPU {index} to compute mode {mode.name}: {exc}."
             ) from exc
 
+    def driver_version(self) -> str:
+        try:
+            return _text(pynvml.nvmlSystemGetDriverVersion())
+        except pynvml.NVMLError as exc:
+            raise NodeSetupError(f"NVML failed to report the driver version: {exc}.") from exc
+
+    def processes(self, index: int) -> list[GpuProcess]:
+        """The compute processes and, under MPS, the MPS clients: with MPS the compute list
+        holds the MPS server, and its clients are on the MPS list (nvml.h,
+        nvmlDeviceGetMPSComputeRunningProcesses). A PID on both is an MPS client with the
+        larger of its two figures."""
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            found = _process_list(pynvml.nvmlDeviceGetComputeRunningProcesses, handle, False)
+            found += _process_list(pynvml.nvmlDeviceGetMPSComputeRunningProcesses, handle, True)
+        except pynvml.NVMLError as exc:
+            raise NodeSetupError(
+                f"NVML failed to list the processes on GPU {index}: {exc}."
+            ) from exc
+        merged: dict[int, GpuProcess] = {}
+        for process in found:
+            known = merged.get(process.pid)
+            merged[process.pid] = process if known is None else _merged(known, process)
+        return sorted(merged.values(), key=lambda p: p.pid)
+
     def shutdown(self) -> None:
         # Shutting down an NVML that never came up is not worth a second error.
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
+
+
+def _merged(first: GpuProcess, second: GpuProcess) -> GpuProcess:
+    """One PID on both lists: an MPS client, with the larger figure NVML gave."""
+    figures = [b for b in (first.used_bytes, second.used_bytes) if b is not None]
+    return GpuProcess(
+        first.pid, max(figures) if figures else None, first.mps_client or second.mps_client
+    )
+
+
+def _process_list(call: Any, handle: Any, mps_client: bool) -> list[GpuProcess]:
+    """One of NVML's process lists; empty where the GPU or driver does not offer it
+    (the MPS list on GPUs without MPS support, a driver older than the _v3 calls)."""
+    try:
+        entries = call(handle)
+    except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
+        return []
+    return [
+        GpuProcess(
+            pid=int(entry.pid),
+            used_bytes=None if entry.usedGpuMemory is None else int(entry.usedGpuMemory),
+            mps_client=mps_client,
+        )
+        for entry in entries
+    ]
 
 
 def discover_gpus(nvml: Nvml) -> tuple[GpuDevice, ...]:

@@ -1,4 +1,5 @@
-"""The launcher's small HTTP server: /healthz, /readyz and /metrics.
+"""The node side's small HTTP server: /healthz, /readyz and /metrics, for the MPS launcher
+and the node agent (each with its own metrics, ``MetricsPage``).
 
 /healthz answers 200 while the supervision loop keeps ticking (a liveness probe: a stuck
 loop should get the container restarted); it deliberately does not fail when the MPS daemon
@@ -16,9 +17,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+
+class MetricsPage(Protocol):
+    """What /metrics serves: Prometheus text of one registry."""
+
+    def render(self) -> bytes: ...
 
 
 class LauncherMetrics:
@@ -80,7 +88,7 @@ class StatusServer:
     """A ThreadingHTTPServer on ``host:port`` serving the probes and the metrics."""
 
     def __init__(
-        self, host: str, port: int, metrics: LauncherMetrics, health: Callable[[], Health]
+        self, host: str, port: int, metrics: MetricsPage, health: Callable[[], Health]
     ) -> None:
         handler = _handler(metrics, health)
         self._server = ThreadingHTTPServer((host, port), handler)
@@ -103,11 +111,9 @@ class StatusServer:
         self._thread.join(timeout=5)
 
 
-def _handler(
-    metrics: LauncherMetrics, health: Callable[[], Health]
-) -> type[BaseHTTPRequestHandler]:
+def _handler(metrics: MetricsPage, health: Callable[[], Health]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        server_version = "gpushare-mps-daemon"
+        server_version = "gpushare-node"
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]

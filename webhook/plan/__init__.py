@@ -7,6 +7,7 @@ Layout: docs/architecture.md.
 
 from webhook.plan.cluster_input import read_cluster
 from webhook.plan.csv_input import read_table
+from webhook.plan.enforcement import enforcement_json, enforcement_lines
 from webhook.plan.html_report import page
 from webhook.plan.manifest_input import read_manifest_input, read_workloads
 from webhook.plan.outcome import DEFAULT_GPUS_PER_NODE, SchemeOutcome, plan
@@ -21,6 +22,8 @@ __all__ = [
     "Workload",
     "as_json",
     "details",
+    "enforcement_json",
+    "enforcement_lines",
     "page",
     "plan",
     "read_cluster",

@@ -1,12 +1,14 @@
-"""Workloads from a live cluster: its pods, read through the ``kubernetes`` client, and its
-ResourceQuotas on GPU shares (``quota_input``).
+"""Workloads from a live cluster: its pods, read through the ``kubernetes`` client, its
+ResourceQuotas on GPU shares (``quota_input``) and its nodes (which pools have one that
+enforces the driver memory limit: ``enforcement``).
 
 Bounded: pages of 500 pods (``limit`` and ``continue``, as kubectl pages), a connect and a
-read timeout on every call, at most 200,000 pods (10,000 ResourceQuotas) and an overall
-deadline per list. Only pods that hold or wait for a GPU now count: Pending and Running
+read timeout on every call, at most 200,000 pods (10,000 ResourceQuotas, 50,000 nodes) and
+an overall deadline per list. Only pods that hold or wait for a GPU now count: Pending and Running
 ones, not Succeeded or Failed. A quota's ``used`` counts those same pods, so what they hold
 now (their ``gpushare.io/milligpu`` requests) is the plan's to re-plan: ``held_now``. A user
-who may list pods but not ResourceQuotas gets the plan without the quota check, and a note.
+who may list pods but not ResourceQuotas (or nodes) gets the plan without the quota check
+(or the enforcing nodes), and a note.
 
 The pods are mutated already, and the point is to ask what they would take under each
 scheme, so each is turned back into what its author wrote: what gpushare recorded
@@ -32,6 +34,8 @@ from webhook.plan.workload import PlanInput, Workload
 PAGE_SIZE = 500
 MAX_PODS = 200_000
 MAX_QUOTAS = 10_000
+# Kubernetes' own scalability limit is 5,000 nodes per cluster.
+MAX_NODES = 50_000
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 30.0
 DEADLINE_S = 300.0
@@ -139,6 +143,14 @@ def list_resource_quotas(api: Any, namespace: str | None) -> list[Any]:
     )
 
 
+def list_nodes(api: Any) -> list[Any]:
+    """Every node, page by page, within the bounds."""
+    from kubernetes import client as k8s
+
+    core: Any = k8s.CoreV1Api(api)
+    return _list_all(core.list_node, None, "nodes", MAX_NODES)
+
+
 def _list_all(
     call: Callable[..., Any], label_selector: str | None, noun: str, most: int
 ) -> list[Any]:
@@ -203,7 +215,7 @@ def read_cluster(
         raise ClusterError(
             f"cannot load the kubeconfig {kubeconfig or '(default)'}: {error}"
         ) from error
-    notes: tuple[str, ...] = ()
+    notes: list[str] = []
     try:
         with api:
             pods = list_pods(api, namespace, label_selector)
@@ -211,9 +223,18 @@ def read_cluster(
                 quotas = list_resource_quotas(api, namespace)
             except ApiException as error:
                 quotas = []
-                notes = (
+                notes.append(
                     f"listing ResourceQuotas failed ({error.status} {error.reason}): no quota "
-                    "on GPU shares is checked; let the kubeconfig's user list resourcequotas",
+                    "on GPU shares is checked; let the kubeconfig's user list resourcequotas"
+                )
+            try:
+                nodes: tuple[Any, ...] | None = tuple(list_nodes(api))
+            except ApiException as error:
+                nodes = None
+                notes.append(
+                    f"listing nodes failed ({error.status} {error.reason}): which pools have "
+                    "a node enforcing the driver memory limit is not checked; let the "
+                    "kubeconfig's user list nodes, or pass --nodes FILE"
                 )
     except ApiException as error:
         raise ClusterError(
@@ -226,5 +247,6 @@ def read_cluster(
     return PlanInput(
         group_pods(pods, gpu_resources | KNOWN_GPU_RESOURCES),
         with_held_now(found, held_now(pods)),
-        notes,
+        tuple(notes),
+        nodes,
     )

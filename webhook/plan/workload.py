@@ -57,8 +57,9 @@ class Workload:
 class PlanInput:
     """What one input gives a plan: the workloads, and the quotas on GPU shares it found
     (ResourceQuotas, Kueue ClusterQueues; ``quota_input``) with notes on what it could not
-    read."""
+    read; the cluster's nodes where the input has them (a cluster, ``--nodes``), else None."""
 
     workloads: list[Workload]
     quotas: tuple[ShareQuota, ...] = ()
     notes: tuple[str, ...] = ()
+    nodes: tuple[Mapping[str, Any], ...] | None = None

@@ -27,6 +27,7 @@ type Result struct {
 	RenameByDefault            bool       `json:"renameByDefault"`
 	FailRequestsGreaterThanOne *bool      `json:"failRequestsGreaterThanOne"`
 	Resources                  []Resource `json:"resources"`
+	DeviceListStrategy         []string   `json:"deviceListStrategy,omitempty"`
 }
 
 // Resource mirrors ../main.go's Resource.
@@ -77,6 +78,14 @@ func check(file string) Result {
 		return result
 	}
 	spec.DisableResourceNamingInConfig(config)
+	if plugin := config.Flags.Plugin; plugin != nil && plugin.DeviceListStrategy != nil {
+		strategies := []string(*plugin.DeviceListStrategy)
+		if _, err := spec.NewDeviceListStrategies(strategies); err != nil {
+			result.Error = err.Error()
+			return result
+		}
+		result.DeviceListStrategy = strategies
+	}
 	result.Version = config.Version
 	result.Strategy = string(config.Sharing.SharingStrategy())
 	active := config.Sharing.ReplicatedResources()

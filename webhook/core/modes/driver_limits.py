@@ -6,7 +6,9 @@ nvidia-container-toolkit's ``apply-cuda-memory-limits`` CDI hook reads both from
 container's OCI spec and has the driver cap the container's cgroup; the process cannot lift
 it. The limit is the share of what a GPU leaves to pods: its memory less what the driver and
 the CUDA context keep (``enforcement.reservedMemory``), so pods sized to exact fractions all
-fit on one GPU. The request equals the limit: a share is a fixed slice, not a burstable one.
+fit on one GPU; a ``gpu-memory`` ask is placed as its share of that usable memory, so it takes
+slots that hold it. The request equals the limit: a share is a fixed slice, not a burstable
+one.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from webhook.constants import (
     MEMORY_ANNOTATION,
 )
 from webhook.core.modes.base import DevicePluginSlots, EnvSetting
-from webhook.core.placement import Placement, format_fraction
+from webhook.core.placement import Placement, format_fraction, place
+from webhook.core.policy.enforcement import DriverMemoryLimit
 from webhook.core.policy.model import Policy, Pool
 from webhook.core.request import GpuRequest
 
@@ -78,15 +81,44 @@ def driver_limits(policy: Policy, placement: Placement) -> tuple[EnvSetting, ...
     if placement.asked_memory_mib is not None:
         derivation = f"the {MEMORY_ANNOTATION} ask in whole MiB"
     else:
-        derivation = (
-            f"floor({format_fraction(placement.fraction)} x ({pool.gpu_memory_mib}Mi of pool "
-            f"{pool.name!r} - {reserved}Mi reserved))"
-        )
+        memory = f"{pool.gpu_memory_mib}Mi of pool {pool.name!r}"
+        if reserved:
+            memory = f"({memory} - {reserved}Mi reserved)"
+        derivation = f"floor({format_fraction(placement.fraction)} x {memory})"
     value = str(limit)
     return (
         EnvSetting(DRIVER_MEMORY_REQUEST_VAR, value, enforced=True, derivation=derivation),
         EnvSetting(DRIVER_MEMORY_LIMIT_VAR, value, enforced=True, derivation=derivation),
     )
+
+
+def driver_limit_notes(policy: Policy, placement: Placement) -> tuple[str, ...]:
+    """``gpushare explain`` lines: the driver limit (or why there is none) and, under
+    ``require``, the placement on nodes that enforce it."""
+    setting = policy.enforcement.driver_memory_limit
+    where = f"enforcement.driverMemoryLimit: {setting.value} of policy {policy.name!r}"
+    limit = driver_limit_mib(policy, placement) if setting is not DriverMemoryLimit.OFF else None
+    if limit is not None:
+        notes = [
+            f"driver memory limit: {limit}Mi in {DRIVER_MEMORY_REQUEST_VAR} and "
+            f"{DRIVER_MEMORY_LIMIT_VAR}, which nvidia-container-toolkit's CDI hook has the "
+            f"driver enforce where the node supports it ({where})"
+        ]
+    elif setting is DriverMemoryLimit.OFF:
+        notes = [f"driver memory limit: none ({where})"]
+    else:
+        notes = [
+            f"driver memory limit: none, since pool {placement.pool.name!r} declares no "
+            f"gpuMemory and the share's size is unknown ({where}; declare gpuMemory to have "
+            "the driver cap the pod)"
+        ]
+    if policy.enforcement.requires_enforcing_nodes:
+        notes.append(
+            f"placement: only nodes labelled {DRIVER_LIMIT_LABEL}=true, where the node agent "
+            f"found the driver limit enforced ({where}: with no such node the pod stays "
+            "Pending rather than run uncapped)"
+        )
+    return tuple(notes)
 
 
 def enforcing_selector(policy: Policy) -> dict[str, str]:
@@ -126,11 +158,45 @@ def unenforceable(policy: Policy, request: GpuRequest, placement: Placement) -> 
     ]
 
 
+def _reserving(policy: Policy, request: GpuRequest) -> bool:
+    """A memory-only ask under a policy whose driver limit keeps a reservation on a pool."""
+    return (
+        request.fraction is None
+        and request.memory_mib is not None
+        and policy.enforcement.writes_driver_limit
+        and any(
+            pool.gpu_memory_mib is not None
+            and usable_memory_mib(policy, pool) != pool.gpu_memory_mib
+            for pool in policy.pools
+        )
+    )
+
+
+def _place_against_usable_memory(policy: Policy, request: GpuRequest) -> Placement | list[str]:
+    """A memory ask placed as its share of what each pool's GPUs leave to pods, so it takes
+    the slots that hold it once the reservation is kept (under ``count``, one more slot
+    rather than a refusal); the placement keeps the policy's own pool."""
+    usable = tuple(
+        replace(pool, gpu_memory_mib=max(1, usable_memory_mib(policy, pool) or 0))
+        if pool.gpu_memory_mib is not None
+        else pool
+        for pool in policy.pools
+    )
+    placement = place(replace(policy, pools=usable), request)
+    if isinstance(placement, list):
+        return placement
+    index = next(i for i, pool in enumerate(usable) if pool is placement.pool)
+    return replace(placement, pool=policy.pools[index])
+
+
 class EnforcedSlots(DevicePluginSlots):
     """The pool modes: the device plugin's slots, whose share the driver limit covers."""
 
     def place(self, policy: Policy, request: GpuRequest) -> Placement | list[str]:
-        placement = super().place(policy, request)
+        if request.devices <= 1 and _reserving(policy, request):
+            placement = _place_against_usable_memory(policy, request)
+        else:
+            placement = super().place(policy, request)
         if isinstance(placement, list) or not policy.enforcement.writes_driver_limit:
             return placement
         if request.memory_mib is not None and placement.asked_memory_mib is None:

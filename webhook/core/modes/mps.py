@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from webhook.core.modes.base import ModeChanges, ModeProfile, pool_selector
 from webhook.core.modes.client_limits import mps_limits
-from webhook.core.modes.driver_limits import EnforcedSlots, driver_limits, enforcing_selector
+from webhook.core.modes.driver_limits import (
+    EnforcedSlots,
+    driver_limit_notes,
+    driver_limits,
+    enforcing_selector,
+)
 from webhook.core.placement import Placement
 from webhook.core.policy.model import Mode, Policy, frozen_map
 
@@ -24,6 +29,7 @@ class DevicePluginMps(EnforcedSlots):
                 {**pool_selector(placement, "mps"), **enforcing_selector(policy)}
             ),
             env=(*mps_limits(policy, placement), *driver_limits(policy, placement)),
+            explanation=driver_limit_notes(policy, placement),
             record=self.slot_record(policy, placement),
         )
 

@@ -13,7 +13,12 @@ from webhook.core.modes.base import (
     pool_selector,
 )
 from webhook.core.modes.client_limits import mps_limits
-from webhook.core.modes.driver_limits import EnforcedSlots, driver_limits, enforcing_selector
+from webhook.core.modes.driver_limits import (
+    EnforcedSlots,
+    driver_limit_notes,
+    driver_limits,
+    enforcing_selector,
+)
 from webhook.core.placement import Placement
 from webhook.core.policy.model import Mode, Policy, frozen_map
 
@@ -43,6 +48,7 @@ class GpushareMpsDaemon(EnforcedSlots):
             resources=self.slot_resources(policy, placement),
             node_selector=frozen_map(selector),
             env=(*mps_limits(policy, placement), *driver_limits(policy, placement), pipe),
+            explanation=driver_limit_notes(policy, placement),
             volumes=(
                 {
                     "name": PIPE_VOLUME,

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from webhook.core.modes.base import ModeChanges, ModeProfile, pool_selector
-from webhook.core.modes.driver_limits import EnforcedSlots, driver_limits, enforcing_selector
+from webhook.core.modes.driver_limits import (
+    EnforcedSlots,
+    driver_limit_notes,
+    driver_limits,
+    enforcing_selector,
+)
 from webhook.core.placement import Placement
 from webhook.core.policy.model import Mode, Policy, frozen_map
 
@@ -18,6 +23,7 @@ class TimeSlicing(EnforcedSlots):
                 {**pool_selector(placement, "time-slicing"), **enforcing_selector(policy)}
             ),
             env=driver_limits(policy, placement),
+            explanation=driver_limit_notes(policy, placement),
             record=self.slot_record(policy, placement),
         )
 

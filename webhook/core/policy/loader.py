@@ -259,13 +259,30 @@ def _describe(error: ValidationError) -> str:
         allowed = ", ".join(sorted(schema.get("properties", {})))
         return f"{error.message}; allowed fields: {allowed}"
     if validator == "enum":
-        return f"{error.instance!r} is not one of {', '.join(map(str, schema['enum']))}"
+        return f"{error.instance!r} is not one of {', '.join(map(str, schema['enum']))}" + (
+            _quote_hint(error.instance, schema["enum"])
+        )
     if validator == "const":
         return f"{error.instance!r} must be {schema['const']!r}"
     if validator == "pattern":
         hint = schema.get("description", "")
         return f"{error.instance!r} does not have the expected form{': ' + hint if hint else ''}"
     return str(error.message)
+
+
+# The words YAML 1.1 (PyYAML, and sigs.k8s.io/yaml for Kubernetes manifests) reads as booleans.
+_BOOLEAN_WORDS = {False: ("off", "no", "false"), True: ("on", "yes", "true")}
+
+
+def _quote_hint(instance: object, allowed: Iterable[object]) -> str:
+    """Where a bare word such as ``off`` was read as a boolean, how to write it."""
+    if not isinstance(instance, bool):
+        return ""
+    words = [word for word in _BOOLEAN_WORDS[instance] if word in allowed]
+    if not words:
+        return ""
+    word = words[0]
+    return f' (YAML reads a bare {word} as {str(instance).lower()}: write "{word}" in quotes)'
 
 
 def _unknown_field(key: object, known: Iterable[str]) -> str:

@@ -22,6 +22,7 @@ from webhook.core.framework_images import (
     matches,
 )
 from webhook.core.policy.build import memory_mib
+from webhook.core.policy.enforcement_rules import enforcement_findings
 from webhook.core.policy.model import NVIDIA_DRA_DRIVER, Allocation, DraSharing, Mode, Policy
 from webhook.core.policy.quota import quota_findings
 from webhook.core.policy.schemes import scheme_findings
@@ -265,6 +266,11 @@ def _quota_rules(policy: Policy, spec: _Spec) -> list[Finding]:
     return [Finding(message, at) for message, at in quota_findings(policy.quota)]
 
 
+def _enforcement_rules(policy: Policy, spec: _Spec) -> list[Finding]:
+    """The driver limit and its reservations against the mode and the pools."""
+    return [Finding(message, at) for message, at in enforcement_findings(policy, spec)]
+
+
 RULES: tuple[Callable[[Policy, _Spec], list[Finding]], ...] = (
     _gpu_memory_is_a_size,
     _pools_follow_the_pool_rules,
@@ -278,6 +284,7 @@ RULES: tuple[Callable[[Policy, _Spec], list[Finding]], ...] = (
     _dra_mode_rules,
     _scheme_rules,
     _quota_rules,
+    _enforcement_rules,
 )
 
 
