@@ -171,8 +171,10 @@ def test_the_charts_monitoring_objects_are_accepted_strictly(
 
 def test_deploy_monitoring_is_accepted_strictly(plane: ControlPlane) -> None:
     docs = documents(plane.kubectl("kustomize", str(REPO / "deploy/monitoring")).stdout)
+    # The webhook's and the MPS daemon's PodMonitors, and the node agent's (deploy/node-agent).
     assert sorted(d["kind"] for d in docs) == [
         "ConfigMap",
+        "PodMonitor",
         "PodMonitor",
         "PodMonitor",
         "PrometheusRule",
