@@ -388,3 +388,37 @@ def test_kinds_without_apiversion_are_known_and_unknown_versions_are_said(tmp_pa
     assert entries[2]["untouched"] == (
         "Deployment of apiVersion 'extensions/v1beta1' is not one gpushare checks"
     )
+
+
+def test_a_pod_the_safety_net_would_refuse_is_denied_offline_too(tmp_path: Path) -> None:
+    """An unannotated pod is the mutating webhook's to leave alone, but the validating checks
+    (the safety net in the cluster) still refuse a device variable set by hand; `gpushare
+    mutate` says so before it is applied, and passes a privileged one."""
+    sneaky = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "sneaky", "namespace": "team"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}],
+                }
+            ]
+        },
+    }
+    privileged = copy.deepcopy(sneaky)
+    privileged["metadata"]["name"] = "operator"
+    privileged["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    path = tmp_path / "pods.yaml"
+    path.write_text(yaml.safe_dump_all([sneaky, privileged]))
+
+    code, out, errors = run("mutate", "-f", str(path))
+
+    assert code == 3
+    assert [doc["metadata"]["name"] for doc in yaml.safe_load_all(out)] == ["operator"]
+    assert any(
+        "Pod/team/sneaky: denied: CUDA_VISIBLE_DEVICES is set by hand in container 'c'" in e
+        for e in errors
+    )

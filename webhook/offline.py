@@ -37,6 +37,7 @@ from webhook.core import (
     pod_size_problem,
     template_pod,
     templates_at,
+    validate,
     workload_kind,
 )
 from webhook.errors import ManifestError
@@ -152,6 +153,13 @@ def _check(
     where = namespace or own_namespace or "default"
     if workload is None:
         pod = mutate(content, where, policies, explain=explain)
+        if isinstance(pod.decision, Untouched):
+            # A pod the mutating webhook leaves alone still meets the validating checks (the
+            # safety net): a device variable or a shared resource set by hand is refused.
+            validated = validate(content, where, policies)
+            if not validated.allowed:
+                denied = Denied(validated.reasons, validated.policy, validated.code)
+                pod = replace(validated, decision=denied)
         admitted = mutated_pod(content, pod.decision) if pod.decision else content
         return _verdict(
             Checked(document, kind, where, name, ALLOWED, None, pod.reasons, pod.warnings),
