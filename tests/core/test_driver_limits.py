@@ -174,6 +174,17 @@ def test_require_places_pods_only_on_nodes_that_enforce_the_limit() -> None:
         assert DRIVER_LIMIT_LABEL not in pod["spec"]["nodeSelector"]
 
 
+def test_require_says_where_the_pod_may_run_in_a_short_warning() -> None:
+    """A Pending pod's scheduler event only says its node selector matched no free node: the
+    admission warning names the label and the limit."""
+    pod = make_pod({"gpu-fraction": "0.5"})
+    outcome = mutate(pod, "team", _policies({"driverMemoryLimit": "require"}))
+    assert outcome.warnings == (
+        f"runs only on nodes labelled {DRIVER_LIMIT_LABEL}=true (driver enforces its 40960Mi)",
+    )
+    assert mutate(pod, "team", _policies({"driverMemoryLimit": "inject"})).warnings == ()
+
+
 def test_require_refuses_a_pod_that_selects_nodes_without_enforcement() -> None:
     policies = _policies({"driverMemoryLimit": "require"})
     pod = make_pod({"gpu-fraction": "0.5"}, nodeSelector={DRIVER_LIMIT_LABEL: "false"})

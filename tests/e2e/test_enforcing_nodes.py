@@ -157,8 +157,13 @@ def test_only_enforcing_nodes_get_the_pods_and_the_rest_wait(
     fake_nodes(t4_node(f"{label}-unknown", label, None))
     api = enforced_webhook.api
 
-    admitted = [create_pod(api, namespace, share_pod(f"p{i}", label)).pod for i in range(4)]
+    created = [create_pod(api, namespace, share_pod(f"p{i}", label)) for i in range(4)]
+    admitted = [c.pod for c in created]
 
+    # The developer is told at creation where the pod may run (kubectl prints it).
+    assert created[0].warnings == [
+        f"runs only on nodes labelled {DRIVER_LIMIT_LABEL}=true (driver enforces its {LIMIT_MIB}Mi)"
+    ]
     for pod in admitted:
         assert env_of(pod)["NVIDIA_GPU_MEMORY_LIMIT"] == LIMIT_MIB
         assert env_of(pod)["NVIDIA_GPU_MEMORY_REQUEST"] == LIMIT_MIB

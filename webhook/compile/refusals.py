@@ -170,8 +170,9 @@ def notes(policies: PolicySet) -> list[str]:
     if policies.policies:
         found.append(
             "compiled policies give no admission warnings for skipped framework knobs, "
-            "replaced MPS limits, small bare gpu-memory numbers or a GPU container guessed "
-            "among several (the webhook does); the pods they admit are the same"
+            "replaced MPS or driver limits, the enforcing nodes a pod is placed on, small bare "
+            "gpu-memory numbers or a GPU container guessed among several (the webhook does); "
+            "the pods they admit are the same"
         )
         found.append(
             "compiled policies do not read an inference server's tensor, pipeline or data "

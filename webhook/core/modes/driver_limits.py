@@ -121,6 +121,17 @@ def driver_limit_notes(policy: Policy, placement: Placement) -> tuple[str, ...]:
     return tuple(notes)
 
 
+def enforcing_warnings(policy: Policy, placement: Placement) -> tuple[str, ...]:
+    """Under ``require``, the developer's word on where the pod may run: a Pending pod's
+    scheduler event only says the node selector matched no free node, so the admission
+    warning names the label and what it stands for (< 120 characters)."""
+    if not policy.enforcement.requires_enforcing_nodes:
+        return ()
+    limit = driver_limit_mib(policy, placement)
+    capped = f"its {limit}Mi" if limit is not None else "the limit"
+    return (f"runs only on nodes labelled {DRIVER_LIMIT_LABEL}=true (driver enforces {capped})",)
+
+
 def enforcing_selector(policy: Policy) -> dict[str, str]:
     """The node label a pod needs where the policy requires enforcement; empty otherwise."""
     return dict(ENFORCING_NODES) if policy.enforcement.requires_enforcing_nodes else {}

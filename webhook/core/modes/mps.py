@@ -14,6 +14,7 @@ from webhook.core.modes.driver_limits import (
     driver_limit_notes,
     driver_limits,
     enforcing_selector,
+    enforcing_warnings,
 )
 from webhook.core.placement import Placement
 from webhook.core.policy.model import Mode, Policy, frozen_map
@@ -30,6 +31,7 @@ class DevicePluginMps(EnforcedSlots):
             ),
             env=(*mps_limits(policy, placement), *driver_limits(policy, placement)),
             explanation=driver_limit_notes(policy, placement),
+            warnings=enforcing_warnings(policy, placement),
             record=self.slot_record(policy, placement),
         )
 

@@ -18,6 +18,7 @@ from webhook.core.modes.driver_limits import (
     driver_limit_notes,
     driver_limits,
     enforcing_selector,
+    enforcing_warnings,
 )
 from webhook.core.placement import Placement
 from webhook.core.policy.model import Mode, Policy, frozen_map
@@ -58,7 +59,7 @@ class GpushareMpsDaemon(EnforcedSlots):
             volume_mounts=({"name": PIPE_VOLUME, "mountPath": daemon.pipe_directory},),
             host_ipc=daemon.host_ipc,
             record=self.slot_record(policy, placement),
-            warnings=warnings,
+            warnings=(*warnings, *enforcing_warnings(policy, placement)),
         )
 
     def profile(self, policy: Policy) -> ModeProfile:
