@@ -87,12 +87,7 @@ def _add_daemon_setup_flags(parser: Arguments) -> None:
         help="pool name this node serves (default: the pool whose device-plugin config the "
         f"node's {DEVICE_PLUGIN_CONFIG_LABEL} label names)",
     )
-    parser.add_argument(
-        "--node-name",
-        default=os.environ.get(NODE_NAME_VARIABLE),
-        help="this node's name (env NODE_NAME, set from spec.nodeName in the DaemonSet)",
-    )
-    add_kubeconfig_option(parser)
+    _add_node_options(parser)
     parser.add_argument(
         "--mps-control",
         default=DEFAULT_CONTROL_BINARY,
@@ -178,12 +173,7 @@ def _add_node_agent(subparsers: Commands) -> None:
             "nothing."
         ),
     )
-    parser.add_argument(
-        "--node-name",
-        default=os.environ.get(NODE_NAME_VARIABLE),
-        help="this node's name (env NODE_NAME, set from spec.nodeName in the DaemonSet)",
-    )
-    add_kubeconfig_option(parser)
+    _add_node_options(parser)
     parser.add_argument(
         "--interval",
         type=float,
@@ -330,3 +320,13 @@ def run_device_plugin_config(args: argparse.Namespace) -> int:
         guidance(configs, name=args.name, namespace=args.namespace, default=args.default)
     )
     return EXIT_OK
+
+
+def _add_node_options(parser: Arguments) -> None:
+    """The Node a daemon works on and how it reaches the API: both node commands take them."""
+    parser.add_argument(
+        "--node-name",
+        default=os.environ.get(NODE_NAME_VARIABLE),
+        help="this node's name (env NODE_NAME, set from spec.nodeName in the DaemonSet)",
+    )
+    add_kubeconfig_option(parser)

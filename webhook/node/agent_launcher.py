@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import sys
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import IO
 
 from webhook.errors import GpushareError
@@ -27,6 +24,7 @@ from webhook.node.node_agent import DEFAULT_AGENT_LISTEN, DEFAULT_INTERVAL_S, Ag
 from webhook.node.node_api import NodeApi
 from webhook.node.nvml import Nvml, PynvmlNvml
 from webhook.node.pod_api import PodApi
+from webhook.node.process_signals import run_until_signalled
 from webhook.node.status_server import StatusServer
 
 EXIT_OK = 0
@@ -105,21 +103,7 @@ def _agent(options: NodeAgentOptions, clients: AgentClients) -> NodeAgent:
 
 
 def _serve(agent: NodeAgent, server: StatusServer) -> int:
-    stop = threading.Event()
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        del frame
-        emit("signal", f"Received {signal.Signals(signum).name}; shutting down.")
-        stop.set()
-
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    server.start()
-    address = f"{server.address[0]}:{server.address[1]}"
-    emit("listening", f"Serving /healthz, /readyz and /metrics on {address}.", address=address)
     try:
-        return agent.run(stop)
+        return run_until_signalled(server, agent.run)
     finally:
-        server.stop()
         agent.nvml.shutdown()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

@@ -9,11 +9,9 @@ calls. The command line (``webhook.cli``) only turns flags into ``LauncherOption
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 
 from webhook.constants import DEVICE_PLUGIN_CONFIG_LABEL
 from webhook.core import Allocation, load_policies
@@ -30,6 +28,7 @@ from webhook.node.mps_control import (
 from webhook.node.node_api import NodeApi
 from webhook.node.nvml import GpuDevice, Nvml, PynvmlNvml, discover_gpus
 from webhook.node.pools import PoolRef, find_daemon_pool
+from webhook.node.process_signals import run_until_signalled
 from webhook.node.status_server import LauncherMetrics, StatusServer
 from webhook.node.supervisor import MpsSupervisor, SupervisorSettings
 
@@ -71,31 +70,20 @@ def parse_listen(text: str) -> tuple[str, int]:
 def run_launcher(options: LauncherOptions, nvml: Nvml | None = None) -> int:
     """Run the launcher until SIGTERM or SIGINT; ``nvml`` replaces the real NVML in tests."""
     configure_events()
-    stop = threading.Event()
     try:
         supervisor, server = _prepare(options, nvml or PynvmlNvml())
     except (GpushareError, OSError) as exc:
         emit("startup_failed", _one_line(exc), level=logging.ERROR)
         return EXIT_INVALID_POLICIES if isinstance(exc, InvalidPoliciesError) else EXIT_ERROR
 
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        del frame
-        emit("signal", f"Received {signal.Signals(signum).name}; shutting down.")
-        stop.set()
+    def supervise(stop: threading.Event) -> int:
+        try:
+            return supervisor.run(stop)
+        except GpushareError as exc:
+            emit("startup_failed", _one_line(exc), level=logging.ERROR)
+            return EXIT_ERROR
 
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    server.start()
-    address = f"{server.address[0]}:{server.address[1]}"
-    emit("listening", f"Serving /healthz, /readyz and /metrics on {address}.", address=address)
-    try:
-        return supervisor.run(stop)
-    except GpushareError as exc:
-        emit("startup_failed", _one_line(exc), level=logging.ERROR)
-        return EXIT_ERROR
-    finally:
-        server.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return run_until_signalled(server, supervise)
 
 
 def _one_line(exc: BaseException) -> str:
