@@ -20,7 +20,7 @@
 #
 # Needs: an NVIDIA GPU (Volta or newer, MIG off), nvidia-smi, nvidia-cuda-mps-control for
 # step 2, and python with gpushare and nvidia-ml-py (GPUSHARE_PYTHON, default .venv/bin/python).
-# tests/gpu/test_enforcement_check.py runs it when GPUSHARE_GPU_CHECKS=1.
+# tests/gpu/test_gpu_checks.py runs it when GPUSHARE_GPU_CHECKS=1.
 set -uo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
