@@ -263,9 +263,16 @@ def _timed_create(creator: Creator, namespace: str, name: str) -> tuple[int, byt
     return status, data, time.perf_counter() - started
 
 
-def run_cell(plane: ControlPlane, cell: Cell, count: int, deadline: float) -> None:
+def run_cell(
+    plane: ControlPlane,
+    cell: Cell,
+    count: int,
+    deadline: float,
+    profile: Path | None = None,
+) -> None:
     """`count` creates in the cell's mode spread over `cell.concurrency` threads, after a
-    short warm-up, and the apiserver's CPU over them."""
+    short warm-up, and the apiserver's CPU over them; with ``profile``, the apiserver's CPU
+    profile of the first PROFILE_SECONDS of the measured creates is written there."""
     creators = [Creator(plane) for _ in range(cell.concurrency)]
     namespace = MODE_NAMESPACES[cell.mode]
     prefix = f"{cell.mode}-c{cell.concurrency}-{uuid.uuid4().hex[:6]}"
@@ -306,12 +313,41 @@ def run_cell(plane: ControlPlane, cell: Cell, count: int, deadline: float) -> No
         run(WARMUP_CREATES, warm)
         cell.errors += warm.errors
         next_index[0] = 0
+        profiler = None
+        if profile is not None:
+            profiler = threading.Thread(target=apiserver_profile, args=(plane, profile))
+            profiler.start()
         before = process_cpu(apiserver_pid(plane))
         cell.seconds = run(count, cell)
         cell.apiserver_cpu = process_cpu(apiserver_pid(plane)) - before
+        if profiler is not None:
+            profiler.join()
     finally:
         for creator in creators:
             creator.close()
+
+
+# Short enough to end inside a batch of 1,500 creates at concurrency 8 (about 3 s here).
+PROFILE_SECONDS = 2
+
+
+def apiserver_profile(plane: ControlPlane, into: Path) -> None:
+    """The kube-apiserver's CPU profile over the next PROFILE_SECONDS (its /debug/pprof,
+    on by default), written to ``into`` for `go tool pprof`."""
+    port = int(plane.server.rsplit(":", 1)[1])
+    connection = http.client.HTTPSConnection(
+        LOOPBACK, port, context=plane.ssl_context(), timeout=PROFILE_SECONDS + 30
+    )
+    try:
+        connection.request("GET", f"/debug/pprof/profile?seconds={PROFILE_SECONDS}")
+        response = connection.getresponse()
+        data = response.read()
+        if response.status == 200:
+            into.write_bytes(data)
+        else:
+            print(f"  profile: {response.status} {data[:200]!r}", file=sys.stderr)
+    finally:
+        connection.close()
 
 
 def run_interleaved(
@@ -548,6 +584,7 @@ def measure(
     count: int,
     burst_count: int,
     deadline: float,
+    profiles: Path | None = None,
 ) -> Run:
     """Every round: ``count`` concurrency-1 turns, then one batch of ``burst_count``
     creates per mode at each higher concurrency."""
@@ -600,7 +637,14 @@ def measure(
             # round's concurrency-1 turns come before its bursts.
             for mode in order:
                 cell = Cell(mode, concurrency, round_index=round_index)
-                measured(round_index, [cell], partial(run_cell, plane, cell, burst_count, deadline))
+                profile = None
+                if profiles is not None:
+                    profile = profiles / f"{mode}-c{concurrency}-r{round_index + 1}.pprof"
+                measured(
+                    round_index,
+                    [cell],
+                    partial(run_cell, plane, cell, burst_count, deadline, profile),
+                )
     return run
 
 
@@ -659,7 +703,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, help="gunicorn workers (default: as serve)")
     parser.add_argument("--threads", type=int, help="gunicorn threads (default: as serve)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="write the apiserver's CPU profile of each batch above concurrency 1 to DIR",
+    )
     args = parser.parse_args(argv)
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     concurrencies: list[int] = args.concurrency or [1, 8]
     deadline = time.monotonic() + args.max_seconds
 
@@ -695,6 +747,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.count,
                     args.burst_count,
                     deadline,
+                    args.profile,
                 )
     finally:
         if not args.keep:

@@ -93,10 +93,13 @@ def _uses(name: str, text: str) -> list[int]:
 
 
 def fold_variables(
-    variables: Sequence[tuple[str, str]], users: Sequence[str]
+    variables: Sequence[tuple[str, str]],
+    users: Sequence[str],
+    short_budget: int = SHORT_BUDGET,
 ) -> tuple[list[tuple[str, str]], list[str]]:
     """``variables`` (name, expression; each may use the earlier ones) and the expressions
-    that use them (``users``), with every single-use variable folded into its user."""
+    that use them (``users``), with every single-use variable folded into its user, and
+    every short one (its text times its uses under ``short_budget``) into all of them."""
     names = [name for name, _ in variables]
     expressions = dict(variables)
     outside = list(users)
@@ -114,7 +117,7 @@ def fold_variables(
             del expressions[name]
             continue
         if count > 1 and (
-            count * len(body) > SHORT_BUDGET or any(call in body for call in _BUILDS_LIST)
+            count * len(body) > short_budget or any(call in body for call in _BUILDS_LIST)
         ):
             continue
         texts = {key: expressions[key] if isinstance(key, str) else outside[key] for key, _ in used}
@@ -138,12 +141,14 @@ def fold_variables(
 BOUND_PREFIX = "bound_"
 
 
-def bind_all(variables: Sequence[tuple[str, str]], expression: str) -> str:
+def bind_all(variables: Sequence[tuple[str, str]], expression: str, boolean: bool = True) -> str:
     """``expression`` with the variables it needs (directly or through others) each
     evaluated once and bound by a one-element comprehension, ``[body].all(bound_x, ...)``:
     kube-apiserver's CEL has no ``cel.bind``, and a policy's matchConditions see no
     variables. Unlike a variable, a bound value is evaluated whether or not it is used,
-    so bodies should be cheap where they are not needed (guarded by a condition)."""
+    so bodies should be cheap where they are not needed (guarded by a condition).
+    ``all`` takes a boolean body only; an expression of another type (``boolean`` False:
+    a message) is bound by ``[body].map(bound_x, ...)[0]``, which builds one more list."""
     bodies = dict(variables)
     needed: set[str] = set()
     pending = [expression]
@@ -162,7 +167,10 @@ def bind_all(variables: Sequence[tuple[str, str]], expression: str) -> str:
     text = renamed(expression)
     for name, body in reversed(variables):
         if name in needed:
-            text = f"[dyn({renamed(body)})].all({BOUND_PREFIX}{name}, {text})"
+            binder = "all" if boolean else "map"
+            text = f"[dyn({renamed(body)})].{binder}({BOUND_PREFIX}{name}, {text})"
+            if not boolean:
+                text += "[0]"
     return text
 
 

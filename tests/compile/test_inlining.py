@@ -66,6 +66,25 @@ def test_bind_all_binds_what_the_expression_needs_and_keeps_its_value(x: int) ->
     assert _evaluate(bound, {"x": x}) == _evaluate(expression, with_variables)
 
 
+@pytest.mark.parametrize("x", [0, 3])
+def test_bind_all_binds_a_message_with_map_since_all_takes_a_boolean_body(x: int) -> None:
+    variables = [("a", "x + 1"), ("b", "string(variables.a) + '!'")]
+    message = "variables.b + ' and ' + string(variables.a)"
+    bound = bind_all(variables, message, boolean=False)
+    assert ".all(" not in bound and bound.endswith("[0]")
+    assert bound.count("x + 1") == 1
+    assert _evaluate(bound, {"x": x}) == f"{x + 1}! and {x + 1}"
+
+
+def test_with_no_short_budget_only_single_use_variables_are_folded() -> None:
+    variables = [("hf", "'gpu-fraction' in object.metadata.annotations"), ("one", "x + 1")]
+    kept, (text,) = fold_variables(
+        variables, ["variables.hf && !variables.hf || variables.one > 2"], short_budget=0
+    )
+    assert kept == variables[:1]
+    assert text == "variables.hf && !variables.hf || (x + 1) > 2"
+
+
 @pytest.mark.parametrize("x", [1, 4])
 def test_specialize_reads_facts_inline_and_copies_what_the_branch_still_decides(x: int) -> None:
     variables = [

@@ -244,8 +244,12 @@ def test_webhook_config_prints_the_policy_and_binding_in_a_stable_order(
     assert ["messageExpression" in v for v in policy["spec"]["validations"]] == [
         False, True, True, True, True, True, True,
     ]  # fmt: skip
-    names = [v["name"] for v in policy["spec"]["variables"]]
-    assert len(names) == len(set(names))
+    # No declared variables: the apiserver builds an accessor for each on every evaluation,
+    # the matchCondition's too; each validation binds what it needs.
+    assert "variables" not in policy["spec"]
+    for validation in policy["spec"]["validations"]:
+        for field in ("expression", "messageExpression"):
+            assert "variables." not in validation.get(field, "")
     # The policy's filters are the webhooks': same namespaces, same pods.
     mutating = documents[0]["webhooks"][0]
     assert policy["spec"]["matchConstraints"]["namespaceSelector"] == mutating["namespaceSelector"]
@@ -288,8 +292,7 @@ def test_under_ignore_the_policy_lets_unmutated_pods_through_but_not_hand_asks(
     ]
     assert not [v for v in ignore["validations"] if "never mutated" in v["message"]]
     # The hand-ask check reads annotated pods too, but for mutated ones and KAI's.
-    (hand,) = [v for v in ignore["variables"] if v["name"] == "handAsking"]
-    assert "'kai-scheduler'" in hand["expression"]
+    assert "'kai-scheduler'" in ignore["validations"][1]["expression"]
     assert "did not mutate this pod" in ignore["validations"][1]["messageExpression"]
     assert ignore["matchConstraints"] == fail["matchConstraints"]
     assert ignore["matchConditions"] != fail["matchConditions"]
@@ -377,10 +380,10 @@ def test_device_variables_reach_the_checks_only_where_a_policy_refuses_them() ->
     (gate,) = refusing["matchConditions"]
     assert gate["expression"].startswith(f"(((false)) || ({DEVICE_FILTER})) && ")
     # Before the hand ask, as the webhook's validate reports it first.
-    assert "setsDevices" in refusing["validations"][0]["expression"]
+    assert "NVIDIA_VISIBLE_DEVICES" in refusing["validations"][0]["expression"]
     assert refusing["validations"][0]["reason"] == "Forbidden"
     assert "enforcement.deviceVariables: deny" in refusing["validations"][0]["messageExpression"]
-    (setters,) = [v["expression"] for v in refusing["variables"] if v["name"] == "setsDevices"]
+    setters = refusing["validations"][0]["expression"]
     assert "'kai-scheduler'" in setters and "['enforced']" in setters
 
     (_, allowing) = load_policy_text(ENFORCED_POLICY).policies

@@ -126,7 +126,7 @@ def validating_policy(settings: SafetyNetSettings, facts: PolicyFacts) -> dict[s
             # One condition holding the webhooks' pod filters too: the apiserver evaluates
             # every matchCondition of a policy, also after one has come out false.
             "matchConditions": [_failing_gate(filters, named, refused)],
-            **_folded(named, validations(refused)),
+            "validations": _bound(named, validations(refused)),
         },
     }
 
@@ -143,31 +143,37 @@ def _failing_gate(
     bound (``bind_all``); the webhooks' pod filters come first, so a pod that is not a
     GPU-share pod (or is a mirror pod) and sets no device variable evaluates none of them."""
     every_check = " && ".join(f"({v['expression']})" for v in refused)
-    pairs = [(v["name"], v["expression"]) for v in named]
-    expression = bind_all(pairs, f"!({every_check})")
+    # Single-use ones folded first: a bound value costs a one-element list and a
+    # comprehension, a folded one nothing, and folding keeps it lazy. A short one used
+    # more than once stays bound: its text would be evaluated at each use.
+    pairs, (checks,) = fold_variables(
+        [(v["name"], v["expression"]) for v in named], [f"!({every_check})"], short_budget=0
+    )
+    expression = bind_all(pairs, checks)
     return {
         "name": "fails-a-check",
         "expression": f"{filters} && {expression}" if filters else expression,
     }
 
 
-def _folded(
+def _bound(
     variables: list[dict[str, str]], validations: list[dict[str, str]]
-) -> dict[str, list[dict[str, str]]]:
-    """The variables, each short or single-use one folded into its users (the apiserver
-    evaluates every variable as a program of its own: ``webhook.compile.inlining``)."""
-    fields = ("expression", "messageExpression")
-    users = [v[f] for v in validations for f in fields if f in v]
-    kept, texts = fold_variables([(v["name"], v["expression"]) for v in variables], users)
-    rest = iter(texts)
-    checks = [dict(v) for v in validations]
-    for check in checks:
-        for name in (f for f in fields if f in check):
-            check[name] = next(rest)
-    return {
-        "variables": [{"name": name, "expression": text} for name, text in kept],
-        "validations": checks,
-    }
+) -> list[dict[str, str]]:
+    """The validations, each expression and message with the variables it needs folded
+    or bound inline (``_failing_gate``), and no variables declared: the apiserver builds
+    an accessor for every declared variable on each evaluation, the matchCondition's
+    included, so declared variables cost every pod, while the validations run only for a
+    pod the matchCondition found failing."""
+    pairs = [(v["name"], v["expression"]) for v in variables]
+    checks = []
+    for validation in validations:
+        check = dict(validation)
+        for name in ("expression", "messageExpression"):
+            if name in check:
+                kept, (text,) = fold_variables(pairs, [check[name]], short_budget=0)
+                check[name] = bind_all(kept, text, boolean=name == "expression")
+        checks.append(check)
+    return checks
 
 
 def policy_binding(settings: SafetyNetSettings) -> dict[str, Any]:
