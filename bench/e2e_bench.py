@@ -709,6 +709,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="write the apiserver's CPU profile of each batch above concurrency 1 to DIR",
     )
+    parser.add_argument(
+        "--peer-http1",
+        action="store_true",
+        help="the peer offers HTTP/1.1 only (kubebuilder's scaffold) instead of "
+        "controller-runtime's default HTTP/2",
+    )
     args = parser.parse_args(argv)
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
@@ -736,7 +742,9 @@ def main(argv: list[str] | None = None) -> int:
                 patch = gpushare_patch(policies)
                 noop = noop_webhook(workdir, server.cert_dir)
                 stack.callback(noop.stop)
-                peer = peer_webhook(workdir, server.cert_dir, policy_version(patch))
+                peer = peer_webhook(
+                    workdir, server.cert_dir, policy_version(patch), args.peer_http1
+                )
                 stack.callback(peer.stop)
                 run = measure(
                     plane,

@@ -104,12 +104,14 @@ def noop_webhook(workdir: Path, cert_dir: Path) -> GoWebhook:
     return GoWebhook("noop-webhook", NOOP_NAME, workdir, cert_dir)
 
 
-def peer_webhook(workdir: Path, cert_dir: Path, policy_version: str) -> GoWebhook:
+def peer_webhook(
+    workdir: Path, cert_dir: Path, policy_version: str, http1: bool = False
+) -> GoWebhook:
     """harness/tools/cr-webhook, writing ``policy_version`` (the default policy's, as
-    gpushare writes it) into its gpushare.io/applied annotation."""
-    return GoWebhook(
-        "cr-webhook", PEER_NAME, workdir, cert_dir, ["-policy-version", policy_version]
-    )
+    gpushare writes it) into its gpushare.io/applied annotation; with ``http1``, offering
+    HTTP/1.1 only, as kubebuilder's scaffold configures controller-runtime."""
+    flags = ["-policy-version", policy_version, *(["-disable-http2"] if http1 else [])]
+    return GoWebhook("cr-webhook", PEER_NAME, workdir, cert_dir, flags)
 
 
 def webhook_alone(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from conftest import unique_name
 from gpu_nodes import FakeGpuNode
 from kubernetes import client as k8s
 
+from bench.e2e_bench import apiserver_profile
 from harness.api import as_json
 from harness.binary import HARNESS_DIR
 from harness.controlplane import ControlPlane
@@ -212,3 +213,13 @@ def test_kubectl_failure_is_reported(control_plane: ControlPlane) -> None:
 
     assert result.returncode != 0
     assert "NotFound" in result.stderr
+
+
+def test_the_apiserver_gives_the_cpu_profile_the_end_to_end_bench_reads(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """bench/e2e_bench.py --profile: /debug/pprof/profile of the harness's apiserver (on by
+    default, for the admin user), a gzipped protobuf profile for `go tool pprof`."""
+    into = tmp_path / "apiserver.pprof"
+    apiserver_profile(control_plane, into)
+    assert into.read_bytes()[:2] == b"\x1f\x8b"

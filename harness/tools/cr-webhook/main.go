@@ -18,6 +18,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -102,15 +103,18 @@ func main() {
 	cert := flag.String("cert", "", "serving certificate (PEM)")
 	key := flag.String("key", "", "its private key (PEM), in the certificate's directory")
 	version := flag.String("policy-version", "", "the default policy's version, for the applied record")
+	// controller-runtime's webhook.Server offers HTTP/2 by default; kubebuilder's scaffold
+	// turns it off (CVE-2023-44487), which this flag does the same way, through TLSOpts.
+	http1 := flag.Bool("disable-http2", false, "offer HTTP/1.1 only, as kubebuilder's scaffold does")
 	flag.Parse()
 	ctrllog.SetLogger(zap.New())
-	if err := run(*addr, *cert, *key, *version); err != nil {
+	if err := run(*addr, *cert, *key, *version, *http1); err != nil {
 		fmt.Fprintln(os.Stderr, "cr-webhook:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, cert, key, version string) error {
+func run(addr, cert, key, version string, http1 bool) error {
 	if version == "" {
 		return fmt.Errorf("-policy-version is required")
 	}
@@ -129,10 +133,14 @@ func run(addr, cert, key, version string) error {
 	if err := corev1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	server := webhook.NewServer(webhook.Options{
+	options := webhook.Options{
 		Host: host, Port: port, CertDir: filepath.Dir(cert),
 		CertName: filepath.Base(cert), KeyName: filepath.Base(key),
-	})
+	}
+	if http1 {
+		options.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
+	}
+	server := webhook.NewServer(options)
 	server.Register("/mutate", admission.WithDefaulter[*corev1.Pod](scheme, &sharePod{policyVersion: version}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
