@@ -342,10 +342,17 @@ class MutatingPolicy:
             {"name": "governed-by-policy", "expression": governs(policy, self.policies)},
         ]
         conditions = with_device_variables(policy, with_asks_by_hand(policy, conditions))
+        # Joined into one, named after the first: the apiserver evaluates every
+        # matchCondition of a policy for every pod create, each a program of its own, also
+        # after one has come out false; joined, most pods stop at the first.
+        joined = {
+            "name": conditions[0]["name"],
+            "expression": " && ".join(f"({c['expression']})" for c in conditions),
+        }
         spec: dict[str, Any] = {
             "paramKind": None,
             "matchConstraints": match_constraints(),
-            "matchConditions": conditions,
+            "matchConditions": [joined],
             "failurePolicy": "Fail",
             "reinvocationPolicy": reinvocation,
         }
