@@ -58,6 +58,10 @@ etcd's housekeeping, from one batch of the same mode to the next), --rounds roun
 --max-seconds for the whole run
 (what was measured until then is still reported). Loopback only. Exit status 0 when every
 target is met, 1 when not, 2 when a create failed.
+
+For finding where the time goes (bench/README.md): --profile DIR writes the apiserver's CPU
+profile of each batch above concurrency 1, and --peer-http1 has the peer offer HTTP/1.1
+only (as kubebuilder's scaffold sets controller-runtime up) instead of HTTP/2.
 """
 
 from __future__ import annotations
