@@ -302,6 +302,40 @@ class ControlPlane:
         self.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False))
         self.kubeconfig.chmod(0o600)
 
+    def service_account_kubeconfig(
+        self, namespace: str, account: str, path: Path, expiration_seconds: int = 3600
+    ) -> Path:
+        """A kubeconfig at ``path`` holding a bound token of ServiceAccount
+        ``namespace/account`` (TokenRequest API): what a pod of that ServiceAccount would
+        present, for running a component under its shipped RBAC."""
+        request = k8s.AuthenticationV1TokenRequest(
+            spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=expiration_seconds)
+        )
+        token = (
+            k8s.CoreV1Api(self.api)
+            .create_namespaced_service_account_token(account, namespace, request)
+            .status.token
+        )
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "e2e",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority-data": _b64(self.pki.ca_cert),
+                    },
+                }
+            ],
+            "users": [{"name": account, "user": {"token": token}}],
+            "contexts": [{"name": "sa", "context": {"cluster": "e2e", "user": account}}],
+            "current-context": "sa",
+        }
+        path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)
+        return path
+
     def ssl_context(self) -> ssl.SSLContext:
         """A TLS context that trusts the cluster CA and presents the admin client cert."""
         context = ssl.create_default_context(cafile=str(self.pki.ca_cert))

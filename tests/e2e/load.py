@@ -324,6 +324,11 @@ def _reset(*sockets: socket.socket) -> None:
         sock.close()
 
 
+# The client's first flight on a connection that can only be a request on a kept-alive
+# connection: after ClientHello and the handshake's last client flight.
+KEPT_ALIVE_FLIGHT = 3
+
+
 @dataclass(eq=False)
 class _Relayed:
     client: socket.socket
@@ -394,10 +399,14 @@ class Relay:
                 self.endpoints.remove(port)
 
     def reset_next_call(self) -> None:
-        """Reset the next connection the client sends anything on, dropping what it sent.
+        """Reset the next kept-alive connection the client sends a request on, dropping it:
+        a webhook call written, then a reset instead of an answer.
 
-        On a kept-alive connection that is a webhook call (a request written, then a reset
-        instead of an answer); on a new one its TLS handshake.
+        Only a connection's third flight from the client or later (after the TLS
+        handshake's two, the second possibly carrying the first request) is cut. Cutting a
+        new connection's handshake instead failed no call in a fresh-clone run: Go's HTTP
+        transport serves a request waiting for a new connection with one that frees up
+        meanwhile, so the failed dial fails nobody.
         """
         with self._lock:
             self._reset_next = True
@@ -533,6 +542,9 @@ class Relay:
     def _pump(self, client: socket.socket, upstream: socket.socket, abort: threading.Event) -> bool:
         """Relay both ways; True when both sides closed cleanly, False to reset both."""
         peers = {client: upstream, upstream: client}
+        # Flights: runs of data from one side; the client's third is a kept-alive call.
+        last_sender: socket.socket | None = None
+        client_flights = 0
         with selectors.DefaultSelector() as selector:
             for sock in peers:
                 selector.register(sock, selectors.EVENT_READ)
@@ -545,7 +557,11 @@ class Relay:
                     target = peers[source]
                     try:
                         data = source.recv(65536)
-                        if data and source is client and self._take_reset():
+                        if data and source is client and last_sender is not client:
+                            client_flights += 1
+                        if data:
+                            last_sender = source
+                        if data and client_flights >= KEPT_ALIVE_FLIGHT and self._take_reset():
                             return False
                         if data:
                             target.sendall(data)

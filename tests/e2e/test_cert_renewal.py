@@ -213,31 +213,6 @@ def documents(text: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
-def token_kubeconfig(plane: ControlPlane, path: Path, namespace: str, account: str) -> Path:
-    """A kubeconfig with a bound token of the ServiceAccount (TokenRequest)."""
-    request = k8s.AuthenticationV1TokenRequest(
-        spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=600)
-    )
-    token = (
-        k8s.CoreV1Api(plane.api)
-        .create_namespaced_service_account_token(account, namespace, request)
-        .status.token
-    )
-    ca = base64.b64encode(plane.pki.ca_cert.read_bytes()).decode()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {"name": "e2e", "cluster": {"server": plane.server, "certificate-authority-data": ca}}
-        ],
-        "users": [{"name": account, "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "e2e", "user": account}}],
-        "current-context": "sa",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 def cronjob_command(plane: ControlPlane, where: Installation) -> list[str]:
     """The command of the CronJob as the apiserver stored it, without `gpushare`."""
     stored = k8s.BatchV1Api(plane.api).read_namespaced_cron_job(where.renewal, where.namespace)
@@ -454,8 +429,8 @@ def test_an_expired_certificate_is_renewed_by_the_cronjob_and_the_webhook_answer
         assert 'failed calling webhook "mutate.gpushare.io"' in refusal
 
         # 3. The CronJob's command, as its ServiceAccount.
-        as_cronjob = token_kubeconfig(
-            plane, tmp_path / "renew.kubeconfig", where.namespace, where.renewal
+        as_cronjob = plane.service_account_kubeconfig(
+            where.namespace, where.renewal, tmp_path / "renew.kubeconfig", expiration_seconds=600
         )
         command = cronjob_command(plane, where)
         renewed = run_as(command, as_cronjob)

@@ -20,7 +20,6 @@ granted.
 
 from __future__ import annotations
 
-import base64
 import json
 import secrets
 import signal
@@ -74,7 +73,7 @@ pytestmark = pytest.mark.timeout(180, func_only=True)
 
 @pytest.fixture(scope="module")
 def agent_kubeconfig(
-    control_plane: ControlPlane, core_v1: k8s.CoreV1Api, tmp_path_factory: pytest.TempPathFactory
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Path]:
     """deploy/node-agent's namespace and RBAC applied (the DaemonSet cannot run without a
     kubelet), and a kubeconfig with a token of its ServiceAccount; the RBAC is deleted
@@ -82,29 +81,11 @@ def agent_kubeconfig(
     control_plane.kubectl("apply", "-f", str(DEPLOY / "namespace.yaml"))
     control_plane.kubectl("apply", "-f", str(DEPLOY / "rbac.yaml"))
     try:
-        token = core_v1.create_namespaced_service_account_token(
-            SERVICE_ACCOUNT,
+        path = control_plane.service_account_kubeconfig(
             AGENT_NAMESPACE,
-            k8s.AuthenticationV1TokenRequest(
-                spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
-            ),
-        ).status.token
-        ca = base64.b64encode(control_plane.pki.ca_cert.read_bytes()).decode()
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "e2e",
-                    "cluster": {"server": control_plane.server, "certificate-authority-data": ca},
-                }
-            ],
-            "users": [{"name": "sa", "user": {"token": token}}],
-            "contexts": [{"name": "sa", "context": {"cluster": "e2e", "user": "sa"}}],
-            "current-context": "sa",
-        }
-        path = tmp_path_factory.mktemp("node-agent") / "kubeconfig"
-        path.write_text(yaml.safe_dump(config))
+            SERVICE_ACCOUNT,
+            tmp_path_factory.mktemp("node-agent") / "kubeconfig",
+        )
         yield path
     finally:
         control_plane.kubectl("delete", "--ignore-not-found", "-f", str(DEPLOY / "rbac.yaml"))

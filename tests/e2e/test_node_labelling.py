@@ -10,7 +10,6 @@ daemon and exit 0, all without touching the labels GPU Feature Discovery wrote.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
@@ -26,7 +25,6 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-import yaml
 from gpu_nodes import FakeGpuNode
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -87,36 +85,12 @@ def mps_daemon_deployed(control_plane: ControlPlane) -> None:
 
 @pytest.fixture
 def service_account_kubeconfig(
-    control_plane: ControlPlane, core_v1: k8s.CoreV1Api, mps_daemon_deployed: None, tmp_path: Path
+    control_plane: ControlPlane, mps_daemon_deployed: None, tmp_path: Path
 ) -> Path:
     """A kubeconfig holding a token of the DaemonSet's ServiceAccount (TokenRequest API)."""
-    request = core_v1.create_namespaced_service_account_token(
-        SERVICE_ACCOUNT,
-        NAMESPACE,
-        k8s.AuthenticationV1TokenRequest(
-            spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
-        ),
+    return control_plane.service_account_kubeconfig(
+        NAMESPACE, SERVICE_ACCOUNT, tmp_path / "sa-kubeconfig"
     )
-    ca = control_plane.pki.ca_cert.read_bytes()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "e2e",
-                "cluster": {
-                    "server": control_plane.server,
-                    "certificate-authority-data": base64.b64encode(ca).decode(),
-                },
-            }
-        ],
-        "users": [{"name": "sa", "user": {"token": request.status.token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "e2e", "user": "sa"}}],
-        "current-context": "sa",
-    }
-    path = tmp_path / "sa-kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 @pytest.fixture

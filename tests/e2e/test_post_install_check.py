@@ -12,7 +12,6 @@ the certgen Jobs, and there the chart's own check Job).
 
 from __future__ import annotations
 
-import base64
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -180,32 +179,6 @@ def test_the_check_waits_for_a_webhook_that_comes_up(
     assert "passed" in stdout
 
 
-def token_kubeconfig(plane: ControlPlane, path: Path, account: tuple[str, str]) -> Path:
-    """A kubeconfig with a bound token of the ServiceAccount (TokenRequest)."""
-    namespace, name = account
-    request = k8s.AuthenticationV1TokenRequest(
-        spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=600)
-    )
-    token = (
-        k8s.CoreV1Api(plane.api)
-        .create_namespaced_service_account_token(name, namespace, request)
-        .status.token
-    )
-    ca = base64.b64encode(plane.pki.ca_cert.read_bytes()).decode()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {"name": "e2e", "cluster": {"server": plane.server, "certificate-authority-data": ca}}
-        ],
-        "users": [{"name": name, "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "e2e", "user": name}}],
-        "current-context": "sa",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 @pytest.fixture
 def kustomized_check(control_plane: ControlPlane) -> Iterator[list[dict[str, Any]]]:
     """deploy/admission-check applied for real, all but its Job (no controller would run
@@ -242,7 +215,9 @@ def test_the_kustomize_job_passes_with_its_own_least_privilege(
     assert pod["serviceAccountName"] == CHECK_ACCOUNT[1]
     command = pod["containers"][0]["command"]
     assert command[:2] == ["gpushare", CHECK]
-    as_check = token_kubeconfig(control_plane, tmp_path / "check.kubeconfig", CHECK_ACCOUNT)
+    as_check = control_plane.service_account_kubeconfig(
+        *CHECK_ACCOUNT, tmp_path / "check.kubeconfig", expiration_seconds=600
+    )
     passed = check_admission(*command[2:], kubeconfig=as_check)
     assert passed.returncode == 0, passed.stderr
     assert "passed: a dry-run pod annotated gpu-fraction 0.5 in namespace default" in (

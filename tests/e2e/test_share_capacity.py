@@ -14,7 +14,6 @@ controller writes.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import signal
@@ -277,29 +276,9 @@ def service_account_kubeconfig(
     control_plane.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
     control_plane.kubectl("apply", "-f", str(DEPLOY / "rbac.yaml"))
     try:
-        token = core_v1.create_namespaced_service_account_token(
-            SERVICE_ACCOUNT,
-            SYSTEM_NAMESPACE,
-            k8s.AuthenticationV1TokenRequest(
-                spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
-            ),
-        ).status.token
-        ca = base64.b64encode(control_plane.pki.ca_cert.read_bytes()).decode()
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "e2e",
-                    "cluster": {"server": control_plane.server, "certificate-authority-data": ca},
-                }
-            ],
-            "users": [{"name": "sa", "user": {"token": token}}],
-            "contexts": [{"name": "sa", "context": {"cluster": "e2e", "user": "sa"}}],
-            "current-context": "sa",
-        }
-        path = tmp_path / "share-capacity-kubeconfig"
-        path.write_text(yaml.safe_dump(config))
+        path = control_plane.service_account_kubeconfig(
+            SYSTEM_NAMESPACE, SERVICE_ACCOUNT, tmp_path / "share-capacity-kubeconfig"
+        )
         yield path
     finally:
         control_plane.kubectl("delete", "--ignore-not-found", "-f", str(DEPLOY / "rbac.yaml"))
