@@ -148,7 +148,11 @@ def bind_all(variables: Sequence[tuple[str, str]], expression: str, boolean: boo
     variables. Unlike a variable, a bound value is evaluated whether or not it is used,
     so bodies should be cheap where they are not needed (guarded by a condition).
     ``all`` takes a boolean body only; an expression of another type (``boolean`` False:
-    a message) is bound by ``[body].map(bound_x, ...)[0]``, which builds one more list."""
+    a message) is bound by ``[body].map(bound_x, ...)[0]``, which builds one more list.
+    A value used once is folded into its use instead: a bound one costs a one-element list
+    and a comprehension, a folded one nothing, and folding keeps it lazy. A short one used
+    more than once stays bound: its text would be evaluated at each use."""
+    variables, (expression,) = fold_variables(variables, [expression], short_budget=0)
     bodies = dict(variables)
     needed: set[str] = set()
     pending = [expression]

@@ -55,7 +55,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.cel_inlining import bind_all, fold_variables
+from webhook.cel_inlining import bind_all
 from webhook.core import PolicySet
 from webhook.errors import GpushareError
 from webhook.install.device_checks import DEVICE_FILTER
@@ -143,13 +143,8 @@ def _failing_gate(
     bound (``bind_all``); the webhooks' pod filters come first, so a pod that is not a
     GPU-share pod (or is a mirror pod) and sets no device variable evaluates none of them."""
     every_check = " && ".join(f"({v['expression']})" for v in refused)
-    # Single-use ones folded first: a bound value costs a one-element list and a
-    # comprehension, a folded one nothing, and folding keeps it lazy. A short one used
-    # more than once stays bound: its text would be evaluated at each use.
-    pairs, (checks,) = fold_variables(
-        [(v["name"], v["expression"]) for v in named], [f"!({every_check})"], short_budget=0
-    )
-    expression = bind_all(pairs, checks)
+    pairs = [(v["name"], v["expression"]) for v in named]
+    expression = bind_all(pairs, f"!({every_check})")
     return {
         "name": "fails-a-check",
         "expression": f"{filters} && {expression}" if filters else expression,
@@ -170,8 +165,7 @@ def _bound(
         check = dict(validation)
         for name in ("expression", "messageExpression"):
             if name in check:
-                kept, (text,) = fold_variables(pairs, [check[name]], short_budget=0)
-                check[name] = bind_all(kept, text, boolean=name == "expression")
+                check[name] = bind_all(pairs, check[name], boolean=name == "expression")
         checks.append(check)
     return checks
 
