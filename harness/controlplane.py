@@ -275,7 +275,17 @@ class ControlPlane:
 
     def _write_kubeconfig(self) -> None:
         pki = self.pki
-        config: dict[str, Any] = {
+        user = {
+            "client-certificate-data": _b64(pki.admin_cert),
+            "client-key-data": _b64(pki.admin_key),
+        }
+        config = self._kubeconfig("e2e", "admin", user)
+        self.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.kubeconfig.chmod(0o600)
+
+    def _kubeconfig(self, context: str, user_name: str, user: dict[str, str]) -> dict[str, Any]:
+        """A kubeconfig for this apiserver (trusting the cluster CA) as ``user``."""
+        return {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [
@@ -283,24 +293,14 @@ class ControlPlane:
                     "name": "e2e",
                     "cluster": {
                         "server": self.server,
-                        "certificate-authority-data": _b64(pki.ca_cert),
+                        "certificate-authority-data": _b64(self.pki.ca_cert),
                     },
                 }
             ],
-            "users": [
-                {
-                    "name": "admin",
-                    "user": {
-                        "client-certificate-data": _b64(pki.admin_cert),
-                        "client-key-data": _b64(pki.admin_key),
-                    },
-                }
-            ],
-            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "admin"}}],
-            "current-context": "e2e",
+            "users": [{"name": user_name, "user": user}],
+            "contexts": [{"name": context, "context": {"cluster": "e2e", "user": user_name}}],
+            "current-context": context,
         }
-        self.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.kubeconfig.chmod(0o600)
 
     def service_account_kubeconfig(
         self, namespace: str, account: str, path: Path, expiration_seconds: int = 3600
@@ -316,22 +316,7 @@ class ControlPlane:
             .create_namespaced_service_account_token(account, namespace, request)
             .status.token
         )
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "e2e",
-                    "cluster": {
-                        "server": self.server,
-                        "certificate-authority-data": _b64(self.pki.ca_cert),
-                    },
-                }
-            ],
-            "users": [{"name": account, "user": {"token": token}}],
-            "contexts": [{"name": "sa", "context": {"cluster": "e2e", "user": account}}],
-            "current-context": "sa",
-        }
+        config = self._kubeconfig("sa", account, {"token": token})
         path.write_text(yaml.safe_dump(config))
         path.chmod(0o600)
         return path

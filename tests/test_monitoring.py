@@ -198,6 +198,16 @@ def webhook_exposition(webhook_server: RunningServer) -> str:
     return http_get(f"http://127.0.0.1:{webhook_server.extra['metrics_port']}/metrics")
 
 
+def listening(process: subprocess.Popen[bytes], stderr: Path) -> str | None:
+    """The address a gpushare node daemon logged it listens on (its "listening" line), or
+    None before that line; the daemon must still be running."""
+    assert process.poll() is None, stderr.read_text()
+    for line in stderr.read_text().splitlines():
+        if line.startswith("{") and json.loads(line).get("event") == "listening":
+            return str(json.loads(line)["address"])
+    return None
+
+
 @pytest.fixture(scope="module")
 def mps_exposition(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     directory = tmp_path_factory.mktemp("mps")
@@ -221,16 +231,10 @@ def mps_exposition(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=log,
         )  # fmt: skip
     try:
-
-        def listening() -> str | None:
-            assert process.poll() is None, stderr.read_text()
-            for line in stderr.read_text().splitlines():
-                if line.startswith("{") and json.loads(line).get("event") == "listening":
-                    return str(json.loads(line)["address"])
-            return None
-
-        assert wait_until(lambda: listening() is not None, timeout=30), stderr.read_text()
-        address = listening()
+        assert wait_until(lambda: listening(process, stderr) is not None, timeout=30), (
+            stderr.read_text()
+        )
+        address = listening(process, stderr)
         # The metrics of a started daemon: wait until the supervisor has seen it up.
         body = ""
 
@@ -261,20 +265,14 @@ def node_agent_exposition(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=log,
         )  # fmt: skip
     try:
-
-        def listening() -> str | None:
-            assert process.poll() is None, stderr.read_text()
-            for line in stderr.read_text().splitlines():
-                if line.startswith("{") and json.loads(line).get("event") == "listening":
-                    return str(json.loads(line)["address"])
-            return None
-
-        assert wait_until(lambda: listening() is not None, timeout=30), stderr.read_text()
+        assert wait_until(lambda: listening(process, stderr) is not None, timeout=30), (
+            stderr.read_text()
+        )
         body = ""
 
         def audited() -> bool:
             nonlocal body
-            body = http_get(f"http://{listening()}/metrics")
+            body = http_get(f"http://{listening(process, stderr)}/metrics")
             return "gpushare_node_gpu_processes 3.0" in body.splitlines()
 
         assert wait_until(audited, timeout=30), stderr.read_text()
