@@ -68,6 +68,7 @@ from webhook.core.policy.set_checks import SetFinding, Severity, check_policy_se
 from webhook.core.request import MAX_VALUE_LENGTH, MAX_WHOLE_GPUS, read_request
 from webhook.core.server_parallelism import ServerGpus, check_server_gpus, lws_group_size
 from webhook.core.verdict import Verdict, mutate, mutated_pod, validate
+from webhook.core.verdict_memo import remembered_mutate
 from webhook.core.workload_kinds import (
     Shape,
     TemplateAt,
@@ -167,6 +168,7 @@ __all__ = [
     "pool_coverage",
     "read_policy_files",
     "read_request",
+    "remembered_mutate",
     "template_changed",
     "template_pod",
     "templates_at",

@@ -38,9 +38,9 @@ from webhook.core import (
     check_workload,
     kueue_charge,
     kueue_queue,
-    mutate,
     pod_shape_problem,
     pod_size_problem,
+    remembered_mutate,
     template_changed,
     template_pod,
     templates_at,
@@ -70,8 +70,10 @@ class Endpoint(StrEnum):
     VALIDATE = "validate"
 
 
+# The mutating webhook answers a template's replicas from one plan (``remembered_mutate``):
+# it only encodes the verdict, so sharing it is safe here.
 CORE_DECISIONS: dict[Endpoint, CoreDecision] = {
-    Endpoint.MUTATE: mutate,
+    Endpoint.MUTATE: remembered_mutate,
     Endpoint.VALIDATE: validate,
 }
 
