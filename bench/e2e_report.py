@@ -38,6 +38,10 @@ class Cell:
     round_index: int = 0
     # CPU seconds the apiserver process spent over the measured creates.
     apiserver_cpu: float = 0.0
+    # What the apiserver allocated over them, and the garbage collections it ran (batches
+    # above concurrency 1 only, each begun on a collected heap).
+    allocated_bytes: float = float("nan")
+    gc_cycles: int = 0
 
     @property
     def rate(self) -> float:
@@ -66,6 +70,27 @@ def added(cells: list[Cell], concurrency: int, fraction: float) -> dict[str, flo
 def cpu_per_create(group: Sequence[Cell]) -> float:
     creates = sum(len(c.latencies) for c in group)
     return sum(c.apiserver_cpu for c in group) / creates * 1000 if creates else float("nan")
+
+
+def heap_line(cells: Sequence[Cell], concurrency: int) -> str:
+    """What each mode's batches at ``concurrency`` cost the apiserver's heap: KiB allocated
+    per create and garbage collections per 1,000 creates (each batch begun on a collected
+    heap; a collection's CPU is in the CPU column of the batch it fell in)."""
+    parts = []
+    for mode in MODES:
+        group = [
+            c
+            for c in cells
+            if c.mode == mode and c.concurrency == concurrency and not math.isnan(c.allocated_bytes)
+        ]
+        creates = sum(len(c.latencies) for c in group)
+        allocated = sum(c.allocated_bytes for c in group)
+        if not creates:
+            continue
+        cycles = sum(c.gc_cycles for c in group) / creates * 1000
+        parts.append(f"{mode} {allocated / creates / 1024:.0f} KiB, {cycles:.1f} GCs")
+    heading = f"  c={concurrency} apiserver heap per create, GCs per 1,000 creates: "
+    return heading + "; ".join(parts)
 
 
 def _cpu_text(value: float) -> str:
@@ -153,6 +178,7 @@ def report(cells: list[Cell], concurrencies: Sequence[int]) -> tuple[bool, list[
                 f"{_cpu_text(cpu_per_create(group)):>23} "
                 f"{sum(c.mutated for c in group):>7} {sum(len(c.errors) for c in group):>6}"
             )
+    lines += [heap_line(cells, c) for c in concurrencies if c > 1]
     lines += ["", "added over no admission (ms, and x what the no-op webhook adds):"]
     met = True
     for concurrency in concurrencies:

@@ -256,3 +256,20 @@ def test_only_the_reference_may_order_the_tolerations_otherwise() -> None:
     assert gpushare["spec"]["tolerations"] == [not_ready, gpu]
     reference["spec"]["tolerations"] = [gpu]
     assert stored_differences(gpushare, reference, any_toleration_order=True) != []
+
+
+def test_batches_report_what_each_mode_allocated_and_collected_in_the_apiserver() -> None:
+    cells = _batches([{}, {}], [{}, {}])
+    for cell in cells:
+        # 3 creates a batch: 300 KiB each, 400 under shipped; shipped's second batch had a
+        # collection, the others none.
+        per_create = 400 if cell.mode == "shipped" else 300
+        cell.allocated_bytes = per_create * 1024 * len(cell.latencies)
+        cell.gc_cycles = 1 if cell.mode == "shipped" and cell.round_index == 1 else 0
+    cells[0].allocated_bytes = float("nan")  # "none" in round 0 not read: round 1 alone
+    _, lines = report(cells, [8])
+    (line,) = [line for line in lines if "apiserver heap per create" in line]
+    assert "none 300 KiB, 0.0 GCs" in line
+    assert "shipped 400 KiB, 166.7 GCs" in line  # one in six creates
+    assert "; compiled 300 KiB" in line and len(line.split(";")) == len(MODES)
+    assert "peer 300 KiB, 0.0 GCs" in line

@@ -13,7 +13,13 @@ from conftest import unique_name
 from gpu_nodes import FakeGpuNode
 from kubernetes import client as k8s
 
-from bench.e2e_bench import apiserver_profile
+from bench.e2e_bench import (
+    ALLOCATED,
+    GC_CYCLES,
+    apiserver_profile,
+    collect_garbage,
+    go_heap_totals,
+)
 from harness.api import as_json
 from harness.binary import HARNESS_DIR
 from harness.controlplane import ControlPlane
@@ -223,3 +229,16 @@ def test_the_apiserver_gives_the_cpu_profile_the_end_to_end_bench_reads(
     into = tmp_path / "apiserver.pprof"
     apiserver_profile(control_plane, into)
     assert into.read_bytes()[:2] == b"\x1f\x8b"
+
+
+def test_the_apiserver_collects_garbage_when_the_end_to_end_bench_asks(
+    control_plane: ControlPlane,
+) -> None:
+    """bench/e2e_bench.py begins each batch at concurrency 8 on a collected heap
+    (``collect_garbage``) and reads what the batch allocated and collected from the Go
+    runtime's counters in the apiserver's /metrics (``go_heap_totals``)."""
+    before = go_heap_totals(control_plane)
+    collect_garbage(control_plane)
+    after = go_heap_totals(control_plane)
+    assert after[GC_CYCLES] >= before[GC_CYCLES] + 1
+    assert after[ALLOCATED] > before[ALLOCATED] > 0
