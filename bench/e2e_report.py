@@ -39,7 +39,7 @@ class Cell:
     # CPU seconds the apiserver process spent over the measured creates.
     apiserver_cpu: float = 0.0
     # What the apiserver allocated over them, and the garbage collections it ran (batches
-    # above concurrency 1 only, each begun on a collected heap).
+    # above concurrency 1 only).
     allocated_bytes: float = float("nan")
     gc_cycles: int = 0
 
@@ -74,8 +74,8 @@ def cpu_per_create(group: Sequence[Cell]) -> float:
 
 def heap_line(cells: Sequence[Cell], concurrency: int) -> str:
     """What each mode's batches at ``concurrency`` cost the apiserver's heap: KiB allocated
-    per create and garbage collections per 1,000 creates (each batch begun on a collected
-    heap; a collection's CPU is in the CPU column of the batch it fell in)."""
+    per create and garbage collections per 1,000 creates (a collection's CPU is in the CPU
+    column of the batch it fell in)."""
     parts = []
     for mode in MODES:
         group = [

@@ -17,7 +17,6 @@ from bench.e2e_bench import (
     ALLOCATED,
     GC_CYCLES,
     apiserver_profile,
-    collect_garbage,
     go_heap_totals,
 )
 from harness.api import as_json
@@ -231,14 +230,15 @@ def test_the_apiserver_gives_the_cpu_profile_the_end_to_end_bench_reads(
     assert into.read_bytes()[:2] == b"\x1f\x8b"
 
 
-def test_the_apiserver_collects_garbage_when_the_end_to_end_bench_asks(
+def test_the_apiserver_counts_what_the_end_to_end_bench_reads_of_its_heap(
     control_plane: ControlPlane,
 ) -> None:
-    """bench/e2e_bench.py begins each batch at concurrency 8 on a collected heap
-    (``collect_garbage``) and reads what the batch allocated and collected from the Go
-    runtime's counters in the apiserver's /metrics (``go_heap_totals``)."""
+    """bench/e2e_bench.py reads what each batch at concurrency 8 allocated and collected
+    from the Go runtime's counters in the apiserver's /metrics (``go_heap_totals``)."""
     before = go_heap_totals(control_plane)
-    collect_garbage(control_plane)
+    core = k8s.CoreV1Api(control_plane.api)
+    for _ in range(20):
+        core.list_namespace()
     after = go_heap_totals(control_plane)
-    assert after[GC_CYCLES] >= before[GC_CYCLES] + 1
     assert after[ALLOCATED] > before[ALLOCATED] > 0
+    assert after[GC_CYCLES] >= before[GC_CYCLES] >= 1
