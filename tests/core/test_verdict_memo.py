@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import datetime
+import gc
+import weakref
 from typing import Any
 
 import pytest
@@ -96,6 +98,17 @@ def test_a_reloaded_policy_set_plans_afresh() -> None:
     reload) shares nothing with the old one."""
     old, new = load_policies(POLICIES_DIR), load_policies(POLICIES_DIR)
     assert remembered_mutate(_pod("a"), "ml", new) is not remembered_mutate(_pod("a"), "ml", old)
+
+
+def test_the_remembered_verdicts_go_with_their_policy_set() -> None:
+    """Nothing the memo keeps holds the set it was planned under: after a reload the old
+    set, and with it its verdicts, can be collected."""
+    policies = load_policies(POLICIES_DIR)
+    remembered_mutate(_pod("a"), "ml", policies)
+    gone = weakref.ref(policies)
+    del policies
+    gc.collect()
+    assert gone() is None
 
 
 def test_large_or_non_json_pods_are_planned_every_time() -> None:
