@@ -46,6 +46,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.e2e_bench import NAMESPACE, bench_pod, gpushare_patch, policy_version  # noqa: E402
+from bench.e2e_webhooks import noop_webhook, peer_webhook  # noqa: E402
 from harness.processes import terminate  # noqa: E402
 from webhook.install.certs import write_certificates  # noqa: E402
 from webhook.server.settings import ServeSettings  # noqa: E402
@@ -237,18 +239,22 @@ class Server:
     port: int
     process: subprocess.Popen[bytes]
     log_path: Path
+    # A Go webhook serves from its own process; gunicorn from the workers it forks.
+    serves_itself: bool = False
 
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
     def worker_cpu_seconds(self) -> float:
-        """User+system CPU of the gunicorn workers so far (Linux /proc; 0 elsewhere)."""
+        """User+system CPU of the gunicorn workers (or the Go webhook) so far (Linux /proc;
+        0 elsewhere)."""
         children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
         if not children.exists():
             return 0.0
+        pids = [str(self.process.pid)] if self.serves_itself else children.read_text().split()
         ticks = 0
-        for pid in children.read_text().split():
+        for pid in pids:
             try:
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
@@ -304,6 +310,10 @@ def wait_healthy(server: Server, context: ssl.SSLContext) -> None:
     raise SystemExit(f"{server.name} did not answer /healthz within {STARTUP_DEADLINE_SECONDS}s")
 
 
+# The floors answer a constant, the no-op webhook allows unchanged.
+ANSWER_WITHOUT_PATCH = ("floor", "other-floor", "noop")
+
+
 def check_answers(server: Server, context: ssl.SSLContext, payloads: list[bytes]) -> None:
     """Fail loudly if the service does not really mutate (or the floor does not answer)."""
     connection = http.client.HTTPSConnection("127.0.0.1", server.port, context=context, timeout=5)
@@ -315,7 +325,7 @@ def check_answers(server: Server, context: ssl.SSLContext, payloads: list[bytes]
         answer = json.loads(response.read())
         if response.status != 200 or not answer["response"]["allowed"]:
             raise SystemExit(f"{server.name} answered {response.status}: {answer}")
-        if "floor" not in server.name:
+        if server.name not in ANSWER_WITHOUT_PATCH:
             patch = json.loads(base64.b64decode(answer["response"]["patch"]))
             if not patch:
                 raise SystemExit(f"{server.name} answered without a patch; policies not applied?")
@@ -405,6 +415,53 @@ def paired_ratios(floor: list[Measurement], service: list[Measurement]) -> tuple
     )
 
 
+def policies_of(checkout: Path, copy_to: Path, *, peers: bool) -> Path:
+    """The policies a service of ``checkout`` reads: all of its policies/, or with
+    ``peers`` its default policy alone, as e2e_bench.py's webhook has (the peer makes
+    that policy's mutation of that bench's pod)."""
+    if not peers:
+        return checkout / "policies"
+    copy_to.mkdir()
+    shutil.copy(checkout / "policies/default.yaml", copy_to / "default.yaml")
+    return copy_to
+
+
+def peer_pod_body() -> bytes:
+    """The AdmissionReview of e2e_bench.py's pod: the one pod the Go peer mutates."""
+    pod = bench_pod("admission-bench")
+    pod["metadata"]["namespace"] = NAMESPACE
+    return json.dumps(admission_review(pod, 0)).encode()
+
+
+def start_go_peers(work: Path, cert_dir: Path, policies: Path) -> list[Server]:
+    """The Go controller-runtime peer (HTTP/1.1: wrk speaks nothing else) and the no-op Go
+    webhook of e2e_bench.py, on the service's certificate, once each answers."""
+    version = policy_version(gpushare_patch(policies))
+    started = [
+        ("peer", peer_webhook(work, cert_dir, version, http1=True), "cr-webhook"),
+        ("noop", noop_webhook(work, cert_dir), "noop-webhook"),
+    ]
+    servers = []
+    for name, webhook, tool in started:
+        server = Server(name, webhook.port, webhook.process, work / f"{tool}.log", True)
+        wait_listening(server)
+        servers.append(server)
+    return servers
+
+
+def wait_listening(server: Server) -> None:
+    deadline = time.monotonic() + STARTUP_DEADLINE_SECONDS
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise SystemExit(f"{server.name} exited; see {server.log_path}")
+        try:
+            socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"{server.name} did not listen within {STARTUP_DEADLINE_SECONDS}s")
+
+
 def stop(server: Server) -> None:
     terminate(server.process, 30)
 
@@ -437,6 +494,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, help="gunicorn threads per worker")
     parser.add_argument("--log-level", default="info", help="service log level")
     parser.add_argument("--concurrency", type=int, action="append", help="default 1, 8, 32")
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="time e2e_bench.py's pod alone, under its default policy alone, and also the Go "
+        "controller-runtime peer making the same mutation (over HTTP/1.1, which wrk speaks) "
+        "and the no-op Go webhook, in the same rounds",
+    )
     parser.add_argument(
         "--attribute",
         action="store_true",
@@ -480,14 +544,17 @@ def main(argv: list[str] | None = None) -> int:
                 tls_cert=files.serving_cert,
                 tls_key=files.serving_key,
                 # Each checkout its own policies: an older service may not read newer fields.
-                policies=checkout / "policies",
+                policies=policies_of(checkout, work / f"{name}-policies", peers=args.peers),
                 port=free_port(),
                 **tuning,
             )
             servers.append(start_server(name, app, settings, work, args.log_level, checkout))
-        payloads = bodies()
+        payloads = [peer_pod_body()] if args.peers else bodies()
         for server in servers:
             wait_healthy(server, context)
+        if args.peers:
+            servers += start_go_peers(work, files.serving_cert.parent, work / "service-policies")
+        for server in servers:
             check_answers(server, context, payloads)
         script = work / "admission.lua"
         script.write_text(wrk_script(payloads, "/mutate"))
@@ -509,18 +576,30 @@ def main(argv: list[str] | None = None) -> int:
                 for server in order:
                     measurement = run_wrk(server, script, connections, args.duration)
                     samples.setdefault((server.name, connections), []).append(measurement)
-        code = report(samples, concurrencies, attribute=args.attribute)
-        if args.baseline:
-            report_baseline(samples, concurrencies, args.baseline)
-        if args.compare_floors:
-            flask_name = "floor" if args.floor == "flask" else "other-floor"
-            wsgi_name = "other-floor" if args.floor == "flask" else "floor"
-            report_floors(samples, concurrencies, flask_name, wsgi_name)
-        return code
+        return print_reports(samples, concurrencies, args)
     finally:
         for server in servers:
             stop(server)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def print_reports(
+    samples: dict[tuple[str, int], list[Measurement]],
+    concurrencies: tuple[int, ...],
+    args: argparse.Namespace,
+) -> int:
+    """The floor/service table and its verdict (the exit status), then each comparison
+    asked for."""
+    code = report(samples, concurrencies, attribute=args.attribute)
+    if args.baseline:
+        report_baseline(samples, concurrencies, args.baseline)
+    if args.peers:
+        report_peers(samples, concurrencies)
+    if args.compare_floors:
+        flask_name = "floor" if args.floor == "flask" else "other-floor"
+        wsgi_name = "other-floor" if args.floor == "flask" else "floor"
+        report_floors(samples, concurrencies, flask_name, wsgi_name)
+    return code
 
 
 def report(
@@ -598,6 +677,27 @@ def report_baseline(
             f"{rps_ratio:.2f}"
         )
     print("cpu ratio = median over rounds of now/base CPU per request")
+
+
+def report_peers(
+    samples: dict[tuple[str, int], list[Measurement]], concurrencies: tuple[int, ...]
+) -> None:
+    """The service beside the Go peer doing the same work, and the floors under both."""
+    names = ("service", "peer", "floor", "noop")
+    print("\npeers: e2e_bench.py's pod, in the same rounds (p50 ms / CPU us per request)")
+    print(f"{'conc':>4} | " + " ".join(f"{n:>15}" for n in names) + " | service/peer p50  cpu")
+    for connections in concurrencies:
+        cells = {n: median_measurement(samples[(n, connections)]) for n in names}
+        service, peer = samples[("service", connections)], samples[("peer", connections)]
+        p50 = statistics.median(s.p50_ms / p.p50_ms for s, p in zip(service, peer, strict=True))
+        cpu = statistics.median(
+            s.cpu_us_per_request / p.cpu_us_per_request for s, p in zip(service, peer, strict=True)
+        )
+        figures = " ".join(
+            f"{cells[n].p50_ms:>7.3f} / {cells[n].cpu_us_per_request:>5.0f}" for n in names
+        )
+        print(f"{connections:>4} | {figures} | {p50:>16.2f} {cpu:>4.2f}")
+    print("ratios = median over rounds of service/peer measured in the same round")
 
 
 def report_floors(

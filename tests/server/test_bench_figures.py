@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.admission_bench import Measurement, paired_ratios, parse_wrk
+from bench.admission_bench import Measurement, paired_ratios, parse_wrk, report_peers
 
 WRK_OUTPUT = """Running 4s test @ https://127.0.0.1:40000/mutate
   1 threads and 8 connections
@@ -39,3 +39,19 @@ def test_ratios_are_paired_round_by_round() -> None:
     rps, p99 = paired_ratios(floor, service)
     assert rps == pytest.approx(0.9)  # ratios 0.9, 0.95, 0.45
     assert p99 == pytest.approx(1.1)  # ratios 1.1, 1.05, 3.33
+
+
+def test_the_peers_report_gives_each_side_and_the_ratios_of_the_same_rounds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Two rounds: the service 0.24 and 0.30 ms at p50 against the peer's 0.15 and 0.15.
+    samples = {
+        ("service", 1): [Measurement(4000, 0.24, 1, 0, 240), Measurement(3000, 0.30, 1, 0, 300)],
+        ("peer", 1): [Measurement(6000, 0.15, 1, 0, 200), Measurement(6000, 0.15, 1, 0, 200)],
+        ("floor", 1): [Measurement(6000, 0.15, 1, 0, 150), Measurement(6000, 0.15, 1, 0, 150)],
+        ("noop", 1): [Measurement(20000, 0.04, 1, 0, 40), Measurement(20000, 0.04, 1, 0, 40)],
+    }
+    report_peers(samples, (1,))
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("   1 |")]
+    assert line.split("|")[2].split() == ["1.80", "1.35"]  # medians of 1.6, 2.0 and 1.2, 1.5
+    assert "0.270 /   270" in line  # the median measurement: the two rounds' middle
