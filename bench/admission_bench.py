@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -291,23 +292,33 @@ def start_server(
     return Server(name, settings.port, process, log_path)
 
 
-def wait_healthy(server: Server, context: ssl.SSLContext) -> None:
+def wait_until(server: Server, ready: Callable[[], bool], what: str) -> None:
+    """Poll ``ready`` (an OSError counts as not yet) until it holds; stop the bench if the
+    server exits or STARTUP_DEADLINE_SECONDS pass first."""
     deadline = time.monotonic() + STARTUP_DEADLINE_SECONDS
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
             raise SystemExit(f"{server.name} exited; see {server.log_path}")
         try:
-            connection = http.client.HTTPSConnection(
-                "127.0.0.1", server.port, context=context, timeout=2
-            )
-            connection.request("GET", "/healthz")
-            if connection.getresponse().status == 200:
-                connection.close()
+            if ready():
                 return
         except OSError:
             pass
         time.sleep(0.1)
-    raise SystemExit(f"{server.name} did not answer /healthz within {STARTUP_DEADLINE_SECONDS}s")
+    raise SystemExit(f"{server.name} did not {what} within {STARTUP_DEADLINE_SECONDS}s")
+
+
+def wait_healthy(server: Server, context: ssl.SSLContext) -> None:
+    def healthy() -> bool:
+        connection = http.client.HTTPSConnection(
+            "127.0.0.1", server.port, context=context, timeout=2
+        )
+        connection.request("GET", "/healthz")
+        status = connection.getresponse().status
+        connection.close()
+        return status == 200
+
+    wait_until(server, healthy, "answer /healthz")
 
 
 # The floors answer a constant, the no-op webhook allows unchanged.
@@ -433,10 +444,11 @@ def peer_pod_body() -> bytes:
     return json.dumps(admission_review(pod, 0)).encode()
 
 
-def start_go_peers(work: Path, cert_dir: Path, policies: Path) -> list[Server]:
+def start_go_peers(work: Path, cert_dir: Path) -> list[Server]:
     """The Go controller-runtime peer (HTTP/1.1: wrk speaks nothing else) and the no-op Go
-    webhook of e2e_bench.py, on the service's certificate, once each answers."""
-    version = policy_version(gpushare_patch(policies))
+    webhook of e2e_bench.py, on the service's certificate, once each listens. The peer
+    writes the version of the default policy the service reads (``policies_of``)."""
+    version = policy_version(gpushare_patch(REPO / "policies/default.yaml"))
     started = [
         ("peer", peer_webhook(work, cert_dir, version, http1=True), "cr-webhook"),
         ("noop", noop_webhook(work, cert_dir), "noop-webhook"),
@@ -450,16 +462,11 @@ def start_go_peers(work: Path, cert_dir: Path, policies: Path) -> list[Server]:
 
 
 def wait_listening(server: Server) -> None:
-    deadline = time.monotonic() + STARTUP_DEADLINE_SECONDS
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise SystemExit(f"{server.name} exited; see {server.log_path}")
-        try:
-            socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f"{server.name} did not listen within {STARTUP_DEADLINE_SECONDS}s")
+    def listening() -> bool:
+        socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+        return True
+
+    wait_until(server, listening, "listen")
 
 
 def stop(server: Server) -> None:
@@ -553,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
         for server in servers:
             wait_healthy(server, context)
         if args.peers:
-            servers += start_go_peers(work, files.serving_cert.parent, work / "service-policies")
+            servers += start_go_peers(work, files.serving_cert.parent)
         for server in servers:
             check_answers(server, context, payloads)
         script = work / "admission.lua"
