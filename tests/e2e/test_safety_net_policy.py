@@ -285,6 +285,91 @@ def test_a_pod_mutated_under_another_policy_version_is_not_judged_by_this_one(
     assert admitted["spec"]["nodeSelector"]["nvidia.com/gpu.replicas"] == "4"
 
 
+def parsed_record(pod: dict[str, Any]) -> dict[str, Any]:
+    """A copy whose record holds a key the core never writes before its mode: the policy's
+    lookup of the records gpushare writes passes it to the checks that parse the record
+    field by field (webhook/install/known_records.py)."""
+    changed = copy.deepcopy(pod)
+    annotations = changed["metadata"]["annotations"]
+    record = annotations[APPLIED_ANNOTATION]
+    annotations[APPLIED_ANNOTATION] = record.replace('"mode":', '"aaa":"x","mode":', 1)
+    changed["metadata"]["name"] += "-parsed"
+    return changed
+
+
+def outcome(webhook: GpushareWebhook, namespace: str, pod: dict[str, Any]) -> str:
+    """ "admitted", or the policy's message."""
+    try:
+        create_pod(webhook.api, namespace, pod)
+    except ApiException as error:
+        return status_message(error).replace(pod["metadata"]["name"], "<pod>")
+    return "admitted"
+
+
+def raised(pod: dict[str, Any]) -> None:
+    resources = pod["spec"]["containers"][0]["resources"]
+    resources["limits"][SHARED_RESOURCE] = resources["requests"][SHARED_RESOURCE] = "2"
+
+
+def moved(pod: dict[str, Any]) -> None:
+    pod["spec"]["nodeSelector"]["nvidia.com/gpu.replicas"] = "8"
+
+
+def renamed(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["name"] = "other"
+
+
+def visible(pod: dict[str, Any]) -> None:
+    env_of(pod).append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
+
+
+def loosened(pod: dict[str, Any]) -> None:
+    for entry in env_of(pod):
+        if entry["name"] == THREADS:
+            entry["value"] = "100"
+
+
+def untouched(pod: dict[str, Any]) -> None:
+    pass
+
+
+@pytest.mark.parametrize(
+    ("prefix", "fraction", "change"),
+    [
+        ("", "0.5", untouched),
+        ("", "0.25", raised),
+        ("", "0.5", moved),
+        ("", "0.5", renamed),
+        ("", "0.5", visible),
+        ("ml-", "0.25", untouched),
+        ("ml-", "0.25", loosened),
+        ("ml-", "0.5", raised),
+    ],
+    ids=lambda v: v.__name__ if callable(v) else v,
+)
+def test_a_record_looked_up_and_one_parsed_are_judged_alike(
+    mutation_down: GpushareWebhook,
+    core_v1: k8s.CoreV1Api,
+    namespace: str,
+    prefix: str,
+    fraction: str,
+    change: Any,
+) -> None:
+    """The same pod, its record once as gpushare writes it (looked up among the records the
+    policies make) and once in a shape only the general checks read: the same verdict and
+    message, tampered or not."""
+    where = namespace_named(core_v1, prefix) if prefix else namespace
+    mutated = as_mutated(
+        mutation_down, annotated_pod(f"alike-{uuid.uuid4().hex[:6]}", fraction), where
+    )
+    change(mutated)
+
+    looked_up = outcome(mutation_down, where, mutated)
+
+    assert looked_up == outcome(mutation_down, where, parsed_record(mutated))
+    assert (looked_up == "admitted") == (change is untouched)
+
+
 # -- device variables, in every pod a policy refusing them governs ---------------------------
 
 

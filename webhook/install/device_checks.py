@@ -77,7 +77,8 @@ def sets_devices(denied: Sequence[str], skipped: str) -> str:
     is one of ``denied``; never for a pod ``skipped`` holds for (KAI's)."""
     if not denied:
         return "false"
-    return f"!({skipped}) && variables.policy in {cel_list(denied)} && ({SETS_DEVICES})"
+    # The scan before the exception: a pod setting none (most) stops there.
+    return f"variables.policy in {cel_list(denied)} && ({SETS_DEVICES}) && !({skipped})"
 
 
 @functools.cache

@@ -253,12 +253,16 @@ def policy_facts(policies: PolicySet) -> PolicyFacts:
 # -- The facts as CEL literals ------------------------------------------------------------
 
 
+def record_pattern(name: str, *, number: bool = False) -> tuple[str, str]:
+    """The regex of one field of the applied record: its key, and its value (digits, or a
+    quoted string). The record is the compact, key-sorted JSON the core writes, and its
+    values (DNS names, resource names, digits) hold no quotes."""
+    return '"' + name + '":', "[0-9]+" if number else '"[^"]*"'
+
+
 def record_field(name: str, *, number: bool = False) -> str:
-    """CEL: one field of the applied record ('' when absent). The record is the compact,
-    key-sorted JSON the core writes, and its values (DNS names, resource names, digits)
-    hold no quotes, so a regex finds them."""
-    key = '"' + name + '":'
-    value = "[0-9]+" if number else '"[^"]*"'
+    """CEL: one field of the applied record ('' when absent), found by ``record_pattern``."""
+    key, value = record_pattern(name, number=number)
     found = f"variables.record.find({cel_string(key + value)})"
     return f"{found}.replace({cel_string(key)}, '').replace('\"', '')"
 
@@ -272,7 +276,7 @@ def selector_literal(facts: PolicyFacts) -> str:
     )
 
 
-def _limit_literal(limit: EnvLimit) -> str:
+def env_limit_literal(limit: EnvLimit) -> str:
     if limit.exact is not None:
         return cel_map({"exact": cel_string(limit.exact)})
     return cel_map(
@@ -287,28 +291,32 @@ def _limit_literal(limit: EnvLimit) -> str:
 # One enforced env limit (name -> exact value, or prefix + bound + suffix) and the test of an
 # env entry against it, for record-limits.
 ENV_LIMIT = "variables.limits[name]"
-_ENV_DIGITS = (
-    f"e.value.substring(size({ENV_LIMIT}.prefix), size(e.value) - size({ENV_LIMIT}.suffix))"
-)
-ENV_OK = (
-    f"has(e.value) && ('exact' in {ENV_LIMIT} ? e.value == {ENV_LIMIT}.exact : "
-    f"(e.value.startsWith({ENV_LIMIT}.prefix) && e.value.endsWith({ENV_LIMIT}.suffix) && "
-    f"{_ENV_DIGITS}.matches('^[0-9]{{1,18}}$') && int({_ENV_DIGITS}) <= int({ENV_LIMIT}.bound)))"
-)
-_GPU_ENV = "object.spec.containers[variables.gpuIndex].?env.orValue([])"
+
+
+def limit_held(limit: str, container: str) -> str:
+    """CEL: env entry ``name`` is set, and within ``limit`` (a limit literal), in
+    ``container``."""
+    digits = f"e.value.substring(size({limit}.prefix), size(e.value) - size({limit}.suffix))"
+    within = (
+        f"has(e.value) && ('exact' in {limit} ? e.value == {limit}.exact : "
+        f"(e.value.startsWith({limit}.prefix) && e.value.endsWith({limit}.suffix) && "
+        f"{digits}.matches('^[0-9]{{1,18}}$') && int({digits}) <= int({limit}.bound)))"
+    )
+    env = f"{container}.?env.orValue([])"
+    return f"{env}.exists(e, e.name == name) && {env}.all(e, e.name != name || ({within}))"
+
+
 # record-limits and record-node-selector: one entry (``name``, ``k``) as the policy set it.
 # The checks test every entry with all(); the drift lists (the denial's message) keep the
 # entries where it fails.
-LIMIT_HELD = (
-    f"{_GPU_ENV}.exists(e, e.name == name) && {_GPU_ENV}.all(e, e.name != name || ({ENV_OK}))"
-)
+LIMIT_HELD = limit_held(ENV_LIMIT, "object.spec.containers[variables.gpuIndex]")
 SELECTOR_HELD = "k in variables.nodeSelector && variables.nodeSelector[k] == variables.selector[k]"
 
 
 def limits_literal(facts: PolicyFacts) -> str:
     return cel_map(
         {
-            key: cel_map({name: _limit_literal(limit) for name, limit in sorted(env.items())})
+            key: cel_map({name: env_limit_literal(limit) for name, limit in sorted(env.items())})
             for key, env in sorted(facts.env_limits.items())
         }
     )

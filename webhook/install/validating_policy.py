@@ -58,7 +58,8 @@ from typing import Any
 from webhook.cel_inlining import bind_all
 from webhook.core import PolicySet
 from webhook.errors import GpushareError
-from webhook.install.device_checks import DEVICE_FILTER
+from webhook.install.device_checks import DEVICE_FILTER, device_check
+from webhook.install.known_records import KnownRecord, fast_gate, known_records
 from webhook.install.policy_facts import PolicyFacts, policy_facts
 from webhook.install.safety_checks import checks, validations, variables
 
@@ -88,7 +89,9 @@ class SafetyNetSettings:
 # -- The objects ----------------------------------------------------------------------------
 
 
-def validating_policy(settings: SafetyNetSettings, facts: PolicyFacts) -> dict[str, Any]:
+def validating_policy(
+    settings: SafetyNetSettings, facts: PolicyFacts, known: Mapping[str, KnownRecord]
+) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy: pods, CREATE, the webhooks' filters, the checks."""
     unmutated = settings.refuse_unmutated
     named = variables(facts, refuse_unmutated=unmutated)
@@ -125,14 +128,17 @@ def validating_policy(settings: SafetyNetSettings, facts: PolicyFacts) -> dict[s
             },
             # One condition holding the webhooks' pod filters too: the apiserver evaluates
             # every matchCondition of a policy, also after one has come out false.
-            "matchConditions": [_failing_gate(filters, named, refused)],
+            "matchConditions": [_failing_gate(filters, named, refused, known)],
             "validations": _bound(named, validations(refused)),
         },
     }
 
 
 def _failing_gate(
-    filters: str, named: list[dict[str, str]], refused: list[dict[str, str]]
+    filters: str,
+    named: list[dict[str, str]],
+    refused: list[dict[str, str]],
+    known: Mapping[str, KnownRecord],
 ) -> dict[str, str]:
     """A matchCondition true only for a pod some check refuses, so that a pod passing them
     all costs the checks once: the apiserver evaluates the validations, then every
@@ -141,10 +147,14 @@ def _failing_gate(
     costs the checks three times instead; the decision and the messages are unchanged.
     matchConditions see no variables, so each one the checks need is evaluated once and
     bound (``bind_all``); the webhooks' pod filters come first, so a pod that is not a
-    GPU-share pod (or is a mirror pod) and sets no device variable evaluates none of them."""
+    GPU-share pod (or is a mirror pod) and sets no device variable evaluates none of them.
+    A pod carrying a record the webhook writes for a pool is checked against that record's
+    facts, looked up rather than parsed (``known_records``)."""
     every_check = " && ".join(f"({v['expression']})" for v in refused)
     pairs = [(v["name"], v["expression"]) for v in named]
-    expression = bind_all(pairs, f"!({every_check})")
+    general = bind_all(pairs, f"!({every_check})")
+    device_ok = bind_all(pairs, device_check()["expression"])
+    expression = fast_gate(known, device_ok, general)
     return {
         "name": "fails-a-check",
         "expression": f"{filters} && {expression}" if filters else expression,
@@ -204,4 +214,5 @@ def safety_net(settings: SafetyNetSettings, policies: PolicySet) -> list[dict[st
     """The policy and its binding, in the order to apply them."""
     check_actions(settings.validation_actions)
     facts = policy_facts(policies)
-    return [validating_policy(settings, facts), policy_binding(settings)]
+    known = known_records(policies, facts)
+    return [validating_policy(settings, facts, known), policy_binding(settings)]
