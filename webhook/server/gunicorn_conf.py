@@ -3,7 +3,7 @@
 Reads the ``GPUSHARE_*`` variables (``settings``) so ``gpushare serve`` and a container that
 runs gunicorn directly serve identically. What matters here:
 
-- ``async_worker.AsyncioWorker``: one asyncio event loop per worker (h11 framing), which
+- ``async_worker.AsyncioWorker``: one asyncio event loop per worker (llhttp framing), which
   keeps connections alive as the apiserver wants, bounds what each client may hold (read
   deadlines, a connection cap, buffered bytes) and answers small reviews in the loop.
 - ``reuse_port``: every worker listens on a socket of its own. With one shared socket the

@@ -1,15 +1,15 @@
-"""HTTP/1.1 over TLS for one connection, on asyncio, framed by h11: no client can stall it.
+"""HTTP/1.1 over TLS for one connection, on asyncio: no client can stall it.
 
 Each accepted socket gets an ``HttpConnection`` (an ``asyncio.Protocol``) and one task that
 runs its requests in turn: the TLS handshake (``tls_session``), then per request read it
-whole, answer (``wsgi_call``), write, wait for the next. h11 does the framing (RFC 9112);
-this module only decides when to read, when to give up and what to hold.
+whole, answer (``wsgi_call``), write, wait for the next. ``http_framing`` frames requests
+(RFC 9112, llhttp); this module only decides when to read, when to give up and what to hold.
 
 What a client can hold, and for how long:
 
 - reading a request (handshake included) has ``read_timeout`` from its first byte awaited;
   past it the connection is closed. An idle kept-alive connection has ``keepalive``;
-- a head is at most ``MAX_HEAD_BYTES`` (h11 answers 431 past it); a body past
+- a head is at most ``MAX_HEAD_BYTES`` (431 past it); a body past
   ``max_body_bytes``, declared or received, is not read further: the application answers
   413 from the declared length (no "100 Continue" is sent for it) and the connection closes;
 - bytes received but not yet framed pause the socket past ``INBOX_PAUSE_BYTES``; a body is
@@ -26,23 +26,26 @@ worker's thread pool with their body in memory, so no thread ever waits on a cli
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
 
-import h11
-
 from webhook.server import http_messages as messages
 from webhook.server.connections import STALLED_SECONDS, Phase
+from webhook.server.http_framing import (
+    MAX_HEAD_BYTES,
+    MalformedRequestError,
+    RequestFramer,
+    RequestHead,
+    Signal,
+)
 from webhook.server.serving import Service
 from webhook.server.tls_session import TlsSession
 from webhook.server.wsgi_call import Answer, Peer, WholeRequest, call
 
 log = logging.getLogger("gpushare.server.http")
 
-# Far above what the apiserver sends (a few hundred bytes of head); a head still unfinished
-# here is refused with 431.
-MAX_HEAD_BYTES = 16 * 1024
+__all__ = ["MAX_HEAD_BYTES", "HttpConnection"]
+
 INBOX_PAUSE_BYTES = 64 * 1024
 # Bodies this small (every ordinary review) need no reservation: what they can hold is
 # bounded by the connection cap and INBOX_PAUSE_BYTES, and they never wait behind uploads.
@@ -54,7 +57,9 @@ class HttpConnection(asyncio.Protocol):
     def __init__(self, service: Service) -> None:
         self.service = service
         self.loop = asyncio.get_running_loop()
-        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self.framer = RequestFramer()
+        # Nothing of an answer written yet for the request being read: a refusal may go out.
+        self.answerable = True
         self.inbox = bytearray()
         self.room: asyncio.Future[None] | None = None
         self.small_body = 0  # bytes of a body read without a reservation
@@ -233,64 +238,60 @@ class HttpConnection(asyncio.Protocol):
         await self.waiter
         self.waiter = None
 
-    def next_event(self) -> h11.Event | type[h11.PAUSED] | type[h11.NEED_DATA]:
-        if self.inbox:
-            self.h11.receive_data(bytes(self.inbox))
-            self.inbox.clear()
-            self.service.connections.hold_loose(self, self.small_body)
-            if self.room is None:
+    def next_event(self) -> RequestHead | bytes | Signal:
+        inbox = self.inbox
+        size = len(inbox)
+        event = self.framer.next_event(inbox, self.eof)
+        if len(inbox) != size:
+            self.service.connections.hold_loose(self, len(inbox) + self.small_body)
+            if self.room is None and len(inbox) <= INBOX_PAUSE_BYTES:
                 self.resume()
-        if self.eof and self.h11.their_state is not h11.CLOSED:
-            with contextlib.suppress(RuntimeError):
-                self.h11.receive_data(b"")
-        return self.h11.next_event()
+        return event
 
     async def read_request(self) -> WholeRequest | None:
         """The next request, whole or cut at the cap; None when the client has gone."""
         max_body = self.service.limits.max_body_bytes
-        head: h11.Request | None = None
-        declared: int | None = None
+        head: RequestHead | None = None
         size = 0
         body = bytearray()
         try:
             while True:
                 event = self.next_event()
-                if event is h11.NEED_DATA:
-                    if self.lost:
+                if event is Signal.NEED_DATA:
+                    if self.lost or self.eof:
                         return None
                     await self.more_data()
-                elif isinstance(event, h11.Request):
+                elif isinstance(event, RequestHead):
                     head = event
-                    declared = messages.declared_length(event)
+                    declared = event.declared_length
                     if declared is not None and declared > max_body:
-                        return messages.whole(head, b"", declared, within_cap=False)
-                    size = messages.body_size(event, declared, max_body)
+                        return messages.whole(head, b"", within_cap=False)
+                    size = messages.body_size(event, max_body)
                     if size > SMALL_BODY_BYTES:
                         await self.reserve(size)
-                    if self.h11.they_are_waiting_for_100_continue:
-                        self.send(h11.InformationalResponse(status_code=100, headers=[]))
-                elif isinstance(event, h11.Data):
-                    body += event.data
+                    if event.expects_continue and not self.inbox:
+                        self.write(messages.CONTINUE)
+                elif isinstance(event, bytes):
+                    body += event
                     if size <= SMALL_BODY_BYTES:
                         self.small_body = len(body)
                         self.service.connections.hold_loose(self, self.small_body)
                     if len(body) > max_body:  # chunked, past the cap: cut one byte over
-                        return messages.whole(head, bytes(body[: max_body + 1]), None, False)
-                elif isinstance(event, h11.EndOfMessage):
-                    return messages.whole(head, bytes(body), declared)
-                else:  # ConnectionClosed, or PAUSED: nothing more from this client
+                        return messages.whole(head, bytes(body[: max_body + 1]), False)
+                elif event is Signal.END:
+                    return messages.whole(head, bytes(body))
+                else:  # PAUSED: nothing more is framed on this connection
                     return None
-        except h11.RemoteProtocolError as error:
+        except MalformedRequestError as error:
             self.refuse(error)
             return None
 
-    def refuse(self, error: h11.RemoteProtocolError) -> None:
-        """A 400 (or h11's better status, 431 for an endless head) for a malformed request."""
-        if self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE) or self.lost:
+    def refuse(self, error: MalformedRequestError) -> None:
+        """A 400 (431 for an endless head) for a malformed request."""
+        if not self.answerable or self.lost:
             return
-        answer = messages.json_answer(error.error_status_hint, f"Malformed HTTP request: {error}")
-        with contextlib.suppress(h11.LocalProtocolError):
-            self.send_answer(answer, keep_alive=False)
+        answer = messages.json_answer(error.status, f"Malformed HTTP request: {error}")
+        self.send_answer(answer, keep_alive=False)
 
     async def answer(self, request: WholeRequest, peer: Peer) -> bool:
         """Answer ``request``; True when the connection may carry another one."""
@@ -311,7 +312,7 @@ class HttpConnection(asyncio.Protocol):
         except Exception:
             log.exception("the application failed to answer")
             answer = messages.failure_answer()
-        keep_alive = request.body_within_cap and not self.service.stopping
+        keep_alive = request.body_within_cap and request.keep_alive and not self.service.stopping
         connections.release(self)
         self.small_body = 0
         connections.hold_loose(self, len(self.inbox))
@@ -324,30 +325,30 @@ class HttpConnection(asyncio.Protocol):
             self.drained = self.loop.create_future()
             await self.drained
             self.drained = None
-        return keep_alive and self.h11.our_state is h11.DONE
+        return keep_alive
 
     def send_answer(self, answer: Answer, keep_alive: bool) -> None:
         """The whole answer in one write: one TLS record and one send, not one per part."""
-        headers = [(name, value) for name, value in answer.headers if name.lower() != "connection"]
-        if not keep_alive:
-            headers.append(("Connection", "close"))
-        head = h11.Response(status_code=answer.status, headers=headers, reason=answer.reason)
-        body = [h11.Data(data=answer.body)] if answer.body else []
-        self.send(head, *body, h11.EndOfMessage())
+        try:
+            data = messages.serialized(answer, keep_alive)
+        except ValueError:
+            log.exception("the application's answer cannot be sent")
+            data = messages.serialized(messages.failure_answer(), keep_alive)
+        self.answerable = False
+        self.write(data)
 
-    def send(self, *events: h11.Event) -> None:
-        data = b"".join(self.h11.send(event) or b"" for event in events)
-        if data and self.transport is not None and not self.lost:
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.lost:
             self.transport.write(self.tls.send(data) if self.tls is not None else data)
 
     def next_cycle(self) -> bool:
         """Ready for the next request: idle until its first byte, unless it is here."""
-        if self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
+        if not self.framer.reusable:
             return False
-        self.h11.start_next_cycle()
+        self.framer.start_next_cycle()
+        self.answerable = True
         limits = self.service.limits
-        pending = bool(self.inbox) or self.h11.trailing_data[0]
-        if pending:
+        if self.inbox:
             self.service.connections.enter(self, Phase.READING)
             self.expire_in(limits.read_timeout)
         else:

@@ -43,6 +43,8 @@ class WholeRequest:
     # refuses it.
     body_within_cap: bool = True
     declared_length: int | None = None
+    # The client keeps the connection after the answer, and another request can follow.
+    keep_alive: bool = True
 
 
 @dataclass(frozen=True, slots=True)
