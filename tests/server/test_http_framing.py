@@ -17,6 +17,8 @@ from webhook.server.http_framing import (
     RequestHead,
     Signal,
 )
+from webhook.server.http_messages import serialized
+from webhook.server.wsgi_call import Answer
 
 BODY = b'{"kind":"AdmissionReview"}'
 REQUEST = (
@@ -163,3 +165,20 @@ def test_a_client_gone_inside_a_request_is_told_and_one_gone_between_is_not() ->
         events(RequestFramer(), bytearray(REQUEST[:-3]), eof=True)
     assert refused.value.status == 400
     assert events(RequestFramer(), bytearray(), eof=True) == [Signal.NEED_DATA]
+
+
+def test_an_answer_leaves_as_one_message_with_its_length() -> None:
+    answer = Answer(200, [("Content-Type", "application/json"), ("Connection", "x")], BODY)
+
+    kept = serialized(answer, keep_alive=True)
+    closing = serialized(answer, keep_alive=False)
+    head_only = serialized(answer, keep_alive=True, head_only=True)
+
+    assert kept == (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY
+    )
+    assert closing.split(b"\r\n\r\n")[0].endswith(b"\r\nConnection: close")
+    assert head_only == kept.removesuffix(BODY)  # the length of the body a GET would get
+    with pytest.raises(ValueError, match="line break"):
+        serialized(Answer(200, [("X-Injected", "a\r\nSet-Cookie: b")], b""), keep_alive=True)

@@ -179,6 +179,26 @@ def test_a_malformed_chunk_is_a_400(server: RunningServer) -> None:
         assert read_status_line(tls) == b"HTTP/1.1 400 Bad Request"
 
 
+def test_a_head_request_gets_no_body_and_the_connection_goes_on(server: RunningServer) -> None:
+    """HEAD is answered as GET is, without the body (its length declared): a body would be
+    read as the start of the next answer on the kept-alive connection."""
+    requests = b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    with (
+        socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw,
+        server.context().wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        tls.sendall(requests)
+        received = b""
+        while received.count(b"HTTP/1.1 ") < 2 or not received.endswith(b"}"):
+            chunk = tls.recv(65536)
+            assert chunk, received
+            received += chunk
+    head, after_head = received.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200 ") and after_head.startswith(b"HTTP/1.1 200 ")
+    declared = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    assert len(after_head.split(b"\r\n\r\n", 1)[1]) == declared > 0
+
+
 def test_one_json_log_line_per_admission(server: RunningServer) -> None:
     server.json("POST", "/mutate", review(annotated_pod(), uid="logged-uid"))
 

@@ -38,9 +38,11 @@ def whole(head: RequestHead | None, body: bytes, within_cap: bool = True) -> Who
     )
 
 
-def serialized(answer: Answer, keep_alive: bool) -> bytes:
+def serialized(answer: Answer, keep_alive: bool, head_only: bool = False) -> bytes:
     """The answer as one HTTP/1.1 message: its own Connection header dropped, ours added
-    when the connection closes after it, and its length declared (the body is whole)."""
+    when the connection closes after it, and its length declared (the body is whole). The
+    answer to a HEAD request (``head_only``) declares the length and sends no body (RFC 9110,
+    section 9.3.2): a body would be read as the start of the next answer."""
     reason = answer.reason or _reason(answer.status)
     lines = [b"HTTP/1.1 %d %s" % (answer.status, reason)]
     for name, value in answer.headers:
@@ -54,7 +56,7 @@ def serialized(answer: Answer, keep_alive: bool) -> bytes:
     lines.append(b"Content-Length: %d" % len(answer.body))
     if not keep_alive:
         lines.append(b"Connection: close")
-    return b"\r\n".join(lines) + b"\r\n\r\n" + answer.body
+    return b"\r\n".join(lines) + b"\r\n\r\n" + (b"" if head_only else answer.body)
 
 
 def _reason(status: int) -> bytes:

@@ -318,7 +318,7 @@ class HttpConnection(asyncio.Protocol):
         connections.hold_loose(self, len(self.inbox))
         if self.lost:
             return False
-        self.send_answer(answer, keep_alive)
+        self.send_answer(answer, keep_alive, head_only=request.method == "HEAD")
         transport = self.transport
         if transport is not None and transport.get_write_buffer_size():
             self.expire_in(limits.read_timeout)
@@ -327,13 +327,13 @@ class HttpConnection(asyncio.Protocol):
             self.drained = None
         return keep_alive
 
-    def send_answer(self, answer: Answer, keep_alive: bool) -> None:
+    def send_answer(self, answer: Answer, keep_alive: bool, head_only: bool = False) -> None:
         """The whole answer in one write: one TLS record and one send, not one per part."""
         try:
-            data = messages.serialized(answer, keep_alive)
+            data = messages.serialized(answer, keep_alive, head_only)
         except ValueError:
             log.exception("the application's answer cannot be sent")
-            data = messages.serialized(messages.failure_answer(), keep_alive)
+            data = messages.serialized(messages.failure_answer(), keep_alive, head_only)
         self.answerable = False
         self.write(data)
 
