@@ -9,7 +9,7 @@ What a client can hold, and for how long:
 
 - reading a request (handshake included) has ``read_timeout`` from its first byte awaited;
   past it the connection is closed. An idle kept-alive connection has ``keepalive``;
-- a head is at most ``MAX_HEAD_BYTES`` (431 past it); a body past
+- a head is at most ``http_framing.MAX_HEAD_BYTES`` (431 past it); a body past
   ``max_body_bytes``, declared or received, is not read further: the application answers
   413 from the declared length (no "100 Continue" is sent for it) and the connection closes;
 - bytes received but not yet framed pause the socket past ``INBOX_PAUSE_BYTES``; a body is
@@ -32,7 +32,6 @@ import ssl
 from webhook.server import http_messages as messages
 from webhook.server.connections import STALLED_SECONDS, Phase
 from webhook.server.http_framing import (
-    MAX_HEAD_BYTES,
     MalformedRequestError,
     RequestFramer,
     RequestHead,
@@ -43,8 +42,6 @@ from webhook.server.tls_session import TlsSession
 from webhook.server.wsgi_call import Answer, Peer, WholeRequest, call
 
 log = logging.getLogger("gpushare.server.http")
-
-__all__ = ["MAX_HEAD_BYTES", "HttpConnection"]
 
 INBOX_PAUSE_BYTES = 64 * 1024
 # Bodies this small (every ordinary review) need no reservation: what they can hold is
