@@ -18,9 +18,14 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from webhook.constants import APPLIED_ANNOTATION, FRACTION_ANNOTATION
-from webhook.core import PolicySet, load_policies, mutate, mutated_pod
+from webhook.core import PolicySet, load_policies, load_policy_text, mutate, mutated_pod
 from webhook.install.known_records import HEAD_KEYS, HEAD_PATTERN, MODE_KEY, known_records
 from webhook.install.policy_facts import POOL_MODES, policy_facts, record_pattern
+from webhook.install.validating_policy import (
+    MAX_EXPRESSION_CODE_POINTS,
+    SafetyNetSettings,
+    safety_net,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY_FILES = [
@@ -151,3 +156,32 @@ def test_a_record_the_lookup_reads_is_read_as_the_general_path_reads_it(
 )
 def test_records_in_another_shape_are_left_to_the_general_path(record: str) -> None:
     assert not re.search(HEAD_PATTERN, record)
+
+
+def _safety_condition(policies: PolicySet) -> str:
+    settings = SafetyNetSettings(
+        name="gpushare",
+        failure_policy="Fail",
+        namespace_selector={},
+        match_conditions=[{"name": "annotated", "expression": "true"}],
+    )
+    (policy, _) = safety_net(settings, policies)
+    (condition,) = policy["spec"]["matchConditions"]
+    return str(condition["expression"])
+
+
+def test_the_lookup_is_used_where_it_fits_within_cels_size_bound() -> None:
+    """cel-go refuses an expression over 100,000 code points: a policy set whose lookup
+    maps would pass it is checked by the general path alone (the apiserver refused such a
+    set's policy in tests/e2e/test_compiled_policies.py before this bound was kept)."""
+    assert "known_asked" in _safety_condition(load_policies(REPO / "policies/default.yaml"))
+
+    text = (REPO / "policies/examples/mps.yaml").read_text()
+    pools = "".join(f"    - name: mps-{n}\n      replicas: {n}\n" for n in (48, 40, 32, 24, 16))
+    start = text.index("  pools:\n") + len("  pools:\n")
+    end = text.index("  mps:\n")
+    big = load_policy_text(text[:start] + pools + text[end:])
+    assert len(known_records(big, policy_facts(big))) == 160
+    condition = _safety_condition(big)
+    assert len(condition) <= MAX_EXPRESSION_CODE_POINTS
+    assert "known_asked" not in condition

@@ -143,8 +143,7 @@ def fast_gate(known: Mapping[str, KnownRecord], device_ok: str, general_fails: s
     # general path's first container of that name.
     in_container = [
         "c.name == known_container",
-        f"string(c.?resources.?limits[?{asked}[known_tail][0]].orValue('none')) == "
-        f"{asked}[known_tail][1]",
+        "string(c.?resources.?limits[?known_asked[0]].orValue('none')) == known_asked[1]",
     ]
     if any(record.limits for record in known.values()):
         in_container.append(
@@ -167,9 +166,11 @@ def fast_gate(known: Mapping[str, KnownRecord], device_ok: str, general_fails: s
         f"known_record.matches({cel_string(HEAD_PATTERN)}) ? "
         f"known_record.substring(known_record.indexOf({cel_string(MODE_KEY)})) : ''"
     )
+    # Each literal once: the whole condition must stay within CEL's size bound.
     return (
         "[object.metadata.?annotations.orValue({})].all(known_annotations, "
         f"[({annotated}) ? {applied} : ''].all(known_record, "
         f"[{tail}].all(known_tail, "
-        f"known_tail in {asked} ? {checked} : ({general_fails}))))"
+        f"[{asked}[?known_tail].orValue([])].all(known_asked, "
+        f"size(known_asked) == 2 ? {checked} : ({general_fails})))))"
     )

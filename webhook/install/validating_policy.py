@@ -67,6 +67,9 @@ API_VERSION = "admissionregistration.k8s.io/v1"
 VALIDATION_ACTIONS = ("Deny", "Warn", "Audit")
 DEFAULT_VALIDATION_ACTIONS: tuple[str, ...] = ("Deny",)
 VERSIONS_ANNOTATION = "gpushare.io/policy-versions"
+# cel-go's parser refuses a longer expression (its ExpressionSizeCodePointLimit default, which
+# kube-apiserver keeps: "expression code point size exceeds limit ... limit 100000").
+MAX_EXPRESSION_CODE_POINTS = 100_000
 
 
 class SafetyNetError(GpushareError):
@@ -154,11 +157,13 @@ def _failing_gate(
     pairs = [(v["name"], v["expression"]) for v in named]
     general = bind_all(pairs, f"!({every_check})")
     device_ok = bind_all(pairs, device_check()["expression"])
-    expression = fast_gate(known, device_ok, general)
-    return {
-        "name": "fails-a-check",
-        "expression": f"{filters} && {expression}" if filters else expression,
-    }
+    for expression in (fast_gate(known, device_ok, general), general):
+        condition = f"{filters} && {expression}" if filters else expression
+        # Many pools and slots make the lookup's maps long; past CEL's bound the policy
+        # could not be created, so such a set is checked by the general path alone.
+        if len(condition) <= MAX_EXPRESSION_CODE_POINTS:
+            break
+    return {"name": "fails-a-check", "expression": condition}
 
 
 def _bound(
