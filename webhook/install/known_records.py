@@ -40,9 +40,10 @@ from webhook.install.policy_facts import (
     PolicyFacts,
     cel_map,
     cel_string,
-    env_limit_literal,
+    env_limits_map,
     limit_held,
     record_pattern,
+    selector_map,
 )
 
 CONTAINER_KEY = '{"container":"'
@@ -116,14 +117,6 @@ def _literal(known: Mapping[str, KnownRecord], value: Callable[[KnownRecord], st
     return cel_map({tail: value(record) for tail, record in sorted(known.items())})
 
 
-def _selector(record: KnownRecord) -> str:
-    return cel_map({k: cel_string(v) for k, v in sorted(record.selector.items())})
-
-
-def _limits(record: KnownRecord) -> str:
-    return cel_map({n: env_limit_literal(limit) for n, limit in sorted(record.limits.items())})
-
-
 def fast_gate(known: Mapping[str, KnownRecord], device_ok: str, general_fails: str) -> str:
     """CEL: whether some check refuses the pod, ``general_fails`` unless the pod is annotated
     and carries a known record; then: not ``device_ok``, or the record's container is gone,
@@ -146,8 +139,9 @@ def fast_gate(known: Mapping[str, KnownRecord], device_ok: str, general_fails: s
         "string(c.?resources.?limits[?known_asked[0]].orValue('none')) == known_asked[1]",
     ]
     if any(record.limits for record in known.values()):
+        limits = _literal(known, lambda r: env_limits_map(r.limits))
         in_container.append(
-            f"[dyn({_literal(known, _limits)}[known_tail])].all(known_limits, "
+            f"[dyn({limits}[known_tail])].all(known_limits, "
             f"known_limits.all(name, {limit_held('known_limits[name]', 'c')}))"
         )
     held = [
@@ -156,8 +150,9 @@ def fast_gate(known: Mapping[str, KnownRecord], device_ok: str, general_fails: s
     ]
     if any(record.selector for record in known.values()):
         node_selector = "object.spec.nodeSelector"
+        selectors = _literal(known, lambda r: selector_map(r.selector))
         held.append(
-            f"[dyn({_literal(known, _selector)}[known_tail])].all(known_selector, "
+            f"[dyn({selectors}[known_tail])].all(known_selector, "
             f"known_selector.all(k, has({node_selector}) && k in {node_selector} && "
             f"{node_selector}[k] == known_selector[k]))"
         )

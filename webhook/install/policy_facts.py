@@ -267,16 +267,16 @@ def record_field(name: str, *, number: bool = False) -> str:
     return f"{found}.replace({cel_string(key)}, '').replace('\"', '')"
 
 
+def selector_map(selector: Mapping[str, str]) -> str:
+    """CEL: one node selector, label -> value."""
+    return cel_map({k: cel_string(v) for k, v in selector.items()})
+
+
 def selector_literal(facts: PolicyFacts) -> str:
-    return cel_map(
-        {
-            key: cel_map({k: cel_string(v) for k, v in sel.items()})
-            for key, sel in sorted(facts.node_selectors.items())
-        }
-    )
+    return cel_map({key: selector_map(sel) for key, sel in sorted(facts.node_selectors.items())})
 
 
-def env_limit_literal(limit: EnvLimit) -> str:
+def _limit_literal(limit: EnvLimit) -> str:
     if limit.exact is not None:
         return cel_map({"exact": cel_string(limit.exact)})
     return cel_map(
@@ -313,10 +313,10 @@ LIMIT_HELD = limit_held(ENV_LIMIT, "object.spec.containers[variables.gpuIndex]")
 SELECTOR_HELD = "k in variables.nodeSelector && variables.nodeSelector[k] == variables.selector[k]"
 
 
+def env_limits_map(limits: Mapping[str, EnvLimit]) -> str:
+    """CEL: one pool's enforced env limits, env name -> limit."""
+    return cel_map({name: _limit_literal(limit) for name, limit in sorted(limits.items())})
+
+
 def limits_literal(facts: PolicyFacts) -> str:
-    return cel_map(
-        {
-            key: cel_map({name: env_limit_literal(limit) for name, limit in sorted(env.items())})
-            for key, env in sorted(facts.env_limits.items())
-        }
-    )
+    return cel_map({key: env_limits_map(env) for key, env in sorted(facts.env_limits.items())})
