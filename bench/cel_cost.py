@@ -22,11 +22,14 @@ an apiserver with a large live heap):
   included (``--reinvocation IfNeeded`` doubles this: the apiserver calls it again after
   its own change);
 - **safety net**: the ValidatingAdmissionPolicy ``gpushare webhook-config`` prints,
-  evaluated on the pod as mutated.
+  evaluated on the pod as mutated;
+- **denials**: the ValidatingAdmissionPolicy ``gpushare compile`` prints beside its
+  mutating policy (the denials it wrote), evaluated on the pod as mutated: with
+  **compiled**, what the compiled policies cost a pod.
 
 Every policy's result is checked first (the compiled and reference policies must produce
-the webhook's pod; the safety net must admit it). Loopback-free, no apiserver; bounded by
---batches x --batch admissions per policy.
+the webhook's pod; the safety net and the denials must admit it). Loopback-free, no
+apiserver; bounded by --batches x --batch admissions per policy.
 """
 
 from __future__ import annotations
@@ -85,7 +88,14 @@ def write_inputs(directory: Path, policies: Path) -> tuple[list[Path], list[Path
     )
     net_file = directory / "safety-net.yaml"
     net_file.write_text(yaml.safe_dump(net))
-    return map_files, [net_file], pod_file, mutated_file
+    denials = next(
+        d
+        for d in compile_policies(load_policies(policies))
+        if d["kind"] == "ValidatingAdmissionPolicy"
+    )
+    denials_file = directory / "denials.yaml"
+    denials_file.write_text(yaml.safe_dump(denials))
+    return map_files, [net_file, denials_file], pod_file, mutated_file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         action="append",
-        choices=("trivial", "reference", "compiled", "safety-net"),
+        choices=("trivial", "reference", "compiled", "safety-net", "denials"),
         help="time only this policy (repeat; each is still checked first)",
     )
     parser.add_argument(

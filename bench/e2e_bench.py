@@ -15,7 +15,8 @@ same annotated pod (gpu-fraction "0.5", a realistic training container) is creat
 over in each namespace. At concurrency 1 the modes take turns create by create, so
 consecutive creates of all modes meet the same machine and drift on a shared machine cancels
 out of every comparison; at concurrency 8 each mode runs a batch of its own (interleaved,
-every mode would run under the others' load), the order rotating from round to round:
+every mode would run under the others' load), in an order shuffled afresh each round
+(seeded: --seed), so that no mode always follows the same one:
 
 - **none**: no admission configuration at all (the annotation is just an annotation);
 - **noop**: the no-op webhook registered as a mutating webhook for pods: the floor any
@@ -72,6 +73,7 @@ import copy
 import http.client
 import json
 import os
+import random
 import shutil
 import sys
 import tempfile
@@ -611,9 +613,11 @@ def measure(
     burst_count: int,
     deadline: float,
     profiles: Path | None = None,
+    seed: int = 0,
 ) -> Run:
     """Every round: ``count`` concurrency-1 turns, then one batch of ``burst_count``
-    creates per mode at each higher concurrency."""
+    creates per mode at each higher concurrency, the modes in an order drawn afresh each
+    round from ``seed``."""
     core = k8s.CoreV1Api(plane.api)
     for name in (PROBE_NAMESPACE, *MODE_NAMESPACES.values()):
         ensure_namespace(core, name)
@@ -646,9 +650,11 @@ def measure(
             )
         run.cells.extend(cells)
 
+    # A batch meets what the one before it left (garbage to collect, etcd's compaction): a
+    # fixed rotation would put each mode after the same one every round.
+    shuffled = random.Random(seed)
     for round_index in range(rounds):
-        shift = round_index % len(MODES)
-        order = MODES[shift:] + MODES[:shift]
+        order = tuple(shuffled.sample(MODES, k=len(MODES)))
         for concurrency in concurrencies:
             if time.monotonic() > deadline:
                 return run
@@ -724,6 +730,9 @@ def main(argv: list[str] | None = None) -> int:
         help="measured creates per mode and round above concurrency 1",
     )
     parser.add_argument("--rounds", type=int, default=4, help="rounds of all seven modes")
+    parser.add_argument(
+        "--seed", type=int, default=29, help="seeds each round's order of the modes' batches"
+    )
     parser.add_argument("--concurrency", type=int, action="append", help="default 1 and 8")
     parser.add_argument("--max-seconds", type=float, default=600.0, help="bound on the run")
     parser.add_argument("--workers", type=int, help="gunicorn workers (default: as serve)")
@@ -782,6 +791,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.burst_count,
                     deadline,
                     args.profile,
+                    args.seed,
                 )
     finally:
         if not args.keep:
