@@ -25,16 +25,17 @@ from webhook.core import KAI_SCHEDULER, DeviceVariables, Policy
 
 _VISIBLE, _CUDA = DEVICE_VARS
 # An env entry ``e`` choosing GPUs by hand (no value nor valueFrom: the empty string).
+# The name read once for the entries that are neither variable (nearly all).
 _ENTRY = (
-    f"(e.name == {s(_VISIBLE)} && (has(e.valueFrom) || "
-    f"!((has(e.value) ? e.value : '') in {cel.strings(NO_DEVICE_VALUES)}))) || "
-    f"e.name == {s(_CUDA)}"
+    f"e.name in {cel.strings(DEVICE_VARS)} && (e.name == {s(_CUDA)} || has(e.valueFrom) || "
+    f"!((has(e.value) ? e.value : '') in {cel.strings(NO_DEVICE_VALUES)}))"
 )
 # A privileged container reaches every device of the node anyway: the variable gives it
-# nothing more (the GPU Operator's own containers that set it are all privileged).
+# nothing more (the GPU Operator's own containers that set it are all privileged). Asked
+# last: only a container that sets one pays for it.
 _SETS = (
-    "!(has(c.securityContext) && has(c.securityContext.privileged) && "
-    f"c.securityContext.privileged) && has(c.env) && c.env.exists(e, {_ENTRY})"
+    f"has(c.env) && c.env.exists(e, {_ENTRY}) && !(has(c.securityContext) && "
+    "has(c.securityContext.privileged) && c.securityContext.privileged)"
 )
 _LISTS = (
     ("object.spec.containers", "containers"),
