@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -56,6 +57,20 @@ TOOL_BUILD = REPO / "harness/tools/cel-cost/build.sh"
 TRIVIAL_OP = {"op": "add", "path": "/metadata/annotations/gpushare.io~1applied", "value": "x"}
 
 
+def _of_kind(documents: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    return next(d for d in documents if d["kind"] == kind)
+
+
+def _written(directory: Path, documents: dict[str, dict[str, Any]]) -> list[Path]:
+    """Each document as NAME.yaml in ``directory`` (the name the report prints)."""
+    paths = []
+    for name, document in documents.items():
+        path = directory / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(document))
+        paths.append(path)
+    return paths
+
+
 def write_inputs(directory: Path, policies: Path) -> tuple[list[Path], list[Path], Path, Path]:
     pod_file = directory / "pod.json"
     pod_file.write_text(json.dumps(bench_pod("cel-cost")))
@@ -64,38 +79,21 @@ def write_inputs(directory: Path, policies: Path) -> tuple[list[Path], list[Path
     mutated_file = directory / "mutated.json"
     mutated_file.write_text(json.dumps(mutated))
     patch = json.loads(gpushare(*mutate, "-o", "patch").stdout)
+    compiled = compile_policies(load_policies(policies))
     maps = {
         "trivial": mutating_policy("trivial", constant_ops([TRIVIAL_OP])),
         "reference": mutating_policy("reference", constant_ops(patch)),
-        "compiled": next(
-            d
-            for d in compile_policies(load_policies(policies))
-            if d["kind"] == "MutatingAdmissionPolicy"
-        ),
+        "compiled": _of_kind(compiled, "MutatingAdmissionPolicy"),
     }
-    map_files = []
-    for name, document in maps.items():
-        path = directory / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(document))
-        map_files.append(path)
     certs = write_certificates(directory / "certs", service="cel-cost")
-    net = next(
-        d
-        for d in webhook_configuration(
-            certs / "ca.crt", "https://127.0.0.1:1", "--policies", str(policies)
-        )
-        if d["kind"] == "ValidatingAdmissionPolicy"
+    shipped = webhook_configuration(
+        certs / "ca.crt", "https://127.0.0.1:1", "--policies", str(policies)
     )
-    net_file = directory / "safety-net.yaml"
-    net_file.write_text(yaml.safe_dump(net))
-    denials = next(
-        d
-        for d in compile_policies(load_policies(policies))
-        if d["kind"] == "ValidatingAdmissionPolicy"
-    )
-    denials_file = directory / "denials.yaml"
-    denials_file.write_text(yaml.safe_dump(denials))
-    return map_files, [net_file, denials_file], pod_file, mutated_file
+    vaps = {
+        "safety-net": _of_kind(shipped, "ValidatingAdmissionPolicy"),
+        "denials": _of_kind(compiled, "ValidatingAdmissionPolicy"),
+    }
+    return _written(directory, maps), _written(directory, vaps), pod_file, mutated_file
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -132,8 +132,10 @@ def fast_gate(known: Mapping[str, KnownRecord], device_ok: str, general_fails: s
     # Split, not indexOf and substring: cel-go's strings extension turns the whole record
     # into runes for each of those (about 3 KiB a pod, bench/cel_cost.py's memory profile).
     # The head pattern has matched: the record starts with CONTAINER_KEY, the name holds no
-    # quote, and the first MODE_KEY starts the tail.
-    container = "known_record.split('\"', 5)[3]"
+    # quote (it is the piece after CONTAINER_KEY's quotes), and the first MODE_KEY starts
+    # the tail.
+    quotes = CONTAINER_KEY.count('"')
+    container = f"known_record.split('\"', {quotes + 2})[{quotes}]"
     asked = _literal(known, lambda r: f"[{cel_string(r.resource)}, {cel_string(r.count)}]")
     # The container by its name: the apiserver has refused a pod with two containers of one
     # name before any validating admission (the pod's validation runs first), so this is the
